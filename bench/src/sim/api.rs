@@ -1,0 +1,512 @@
+//! One request's way through the simulated apiserver:
+//! authenticate → parse → max-in-flight → route → serve → count.
+
+use super::authn::{Authenticator, UserInfo};
+use super::discovery;
+use super::inflight::{Inflight, InflightGuard};
+use super::list::{self, ListStats};
+use super::metrics::{
+    DurationLabels, LongRunningLabels, RequestLabels, SimMetrics, StorageListLabels,
+};
+use super::reaper::Reaper;
+use super::resources::{self, ResourceDef};
+use super::respond::{self, Body, Encoding};
+use super::store::Store;
+use super::table;
+use super::watch::{self, WatchCtx};
+use super::write::{self, Change, DeleteOptions};
+use super::{clock, patch::PatchType};
+use apimodel::{RequestInfo, Status, Verb};
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use prometheus_client::registry::Registry;
+use rustls_pki_types::CertificateDer;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Settings the handlers read.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub max_body_bytes: usize,
+    pub bookmark_every: Duration,
+    pub kubelet_delete_delay: Duration,
+    /// host:port clients reach us at, for `/api`'s serverAddressByClientCIDRs.
+    pub server_address: String,
+}
+
+/// Everything a request may touch.
+pub struct Api {
+    pub store: Arc<Store>,
+    pub metrics: SimMetrics,
+    pub registry: Registry,
+    pub inflight: Arc<Inflight>,
+    pub authn: Authenticator,
+    pub reaper: Arc<Reaper>,
+    pub config: ApiConfig,
+    pub shutdown: CancellationToken,
+}
+
+/// What the connection knows about its client.
+#[derive(Debug, Default, Clone)]
+pub struct Peer {
+    pub certs: Option<Vec<CertificateDer<'static>>>,
+}
+
+fn header_str<'a>(req: &'a Request<Incoming>, h: header::HeaderName) -> Option<&'a str> {
+    req.headers().get(h).and_then(|v| v.to_str().ok())
+}
+
+impl Api {
+    /// Serves one request.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: &Peer) -> Response<Body> {
+        let started = Instant::now();
+        let (method, uri) = (req.method().clone(), req.uri().clone());
+        let content_type = req.headers().get(header::CONTENT_TYPE).cloned();
+        let mut resp = self.route(req, peer, started).await;
+        tracing::debug!(%method, %uri, ?content_type, status = resp.status().as_u16(), "request");
+        let h = resp.headers_mut();
+        h.insert(
+            "audit-id",
+            HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+                .unwrap_or(HeaderValue::from_static("-")),
+        );
+        h.entry(header::CACHE_CONTROL)
+            .or_insert(HeaderValue::from_static("no-cache, private"));
+        resp
+    }
+
+    async fn route(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        peer: &Peer,
+        started: Instant,
+    ) -> Response<Body> {
+        let user = match self
+            .authn
+            .authenticate(req.headers(), peer.certs.as_deref())
+        {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "authentication failed");
+                return respond::status(&Status::unauthorized());
+            }
+        };
+        let info =
+            match RequestInfo::parse(req.method().as_str(), req.uri().path(), req.uri().query()) {
+                Ok(i) => i,
+                Err(e) => return respond::status(&Status::bad_request(e.to_string())),
+            };
+        if !info.is_resource()
+            || (info.group == "authentication.k8s.io" && info.resource == "selfsubjectreviews")
+        {
+            return self.non_resource(req, &info, &user).await;
+        }
+        let Some(def) = resources::lookup(&info.group, &info.version, &info.resource) else {
+            return respond::status(&Status::path_not_found(req.uri().path()));
+        };
+        if (!def.namespaced && !info.namespace.is_empty())
+            || (!info.subresource.is_empty()
+                && !def.subresources.contains(&info.subresource.as_str()))
+        {
+            return respond::status(&Status::path_not_found(req.uri().path()));
+        }
+        // kube-apiserver's max-in-flight filter: long-running requests are not
+        // counted, and system:masters is never refused.
+        let guard = if info.is_long_running() {
+            None
+        } else {
+            match self.inflight.try_acquire(info.verb.is_mutating()) {
+                Some(g) => Some(g),
+                None if user.groups.iter().any(|g| g == "system:masters") => None,
+                None => {
+                    self.count(&info, def, 429, started);
+                    return respond::too_many_requests();
+                }
+            }
+        };
+        let Some(encoding) = respond::negotiate(header_str(&req, header::ACCEPT)) else {
+            return respond::not_acceptable();
+        };
+        let resp = match info.verb {
+            Verb::List => return self.list(def, &info, encoding, guard, started),
+            Verb::Watch => return self.watch(def, &info, encoding, started),
+            Verb::Get => self.get(def, &info, encoding),
+            _ => self.write(req, def, &info).await,
+        };
+        self.count(&info, def, resp.status().as_u16(), started);
+        drop(guard);
+        resp
+    }
+
+    fn count(&self, info: &RequestInfo, def: &ResourceDef, code: u16, started: Instant) {
+        count(&self.metrics, info, def, code, started);
+    }
+
+    fn get(
+        &self,
+        def: &'static ResourceDef,
+        info: &RequestInfo,
+        encoding: Encoding,
+    ) -> Response<Body> {
+        let key = super::object::key(&info.namespace, &info.name);
+        match self.store.get(resources::index_of(def), &key) {
+            None => respond::status(&Status::not_found(def.group, def.name, &info.name)),
+            Some(o) => match encoding {
+                Encoding::Json => respond::json(StatusCode::OK, o.json.clone()),
+                Encoding::Table(v) => respond::json_value(
+                    StatusCode::OK,
+                    &table::single(def, &o, o.rv, v, clock::now_unix()),
+                ),
+            },
+        }
+    }
+
+    fn list(
+        self: &Arc<Self>,
+        def: &'static ResourceDef,
+        info: &RequestInfo,
+        encoding: Encoding,
+        guard: Option<InflightGuard>,
+        started: Instant,
+    ) -> Response<Body> {
+        let result = list::plan(def, &info.options).and_then(|plan| {
+            let (rv, map) = list::snapshot(&self.store, resources::index_of(def), &plan)?;
+            Ok((plan, rv, map))
+        });
+        let (plan, rv, map) = match result {
+            Ok(x) => x,
+            Err(s) => {
+                self.count(info, def, s.code, started);
+                return respond::status(&s);
+            }
+        };
+        let api = self.clone();
+        let info2 = info.clone();
+        let storage = if plan.from_cache {
+            "watchcache"
+        } else {
+            "etcd"
+        };
+        let on_done = Box::new(move |stats: ListStats| {
+            let _guard = guard;
+            let l = StorageListLabels {
+                resource: def.name.to_string(),
+                storage: storage.to_string(),
+            };
+            api.metrics
+                .list_fetched
+                .get_or_create(&l)
+                .inc_by(stats.fetched);
+            api.metrics
+                .list_evaluated
+                .get_or_create(&l)
+                .inc_by(stats.evaluated);
+            api.metrics
+                .list_returned
+                .get_or_create(&l)
+                .inc_by(stats.returned);
+            api.count(&info2, def, 200, started);
+        });
+        let body = list::body(def, rv, map, plan, encoding, clock::now_unix(), on_done);
+        let mut r = Response::new(respond::iter_body(body));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+
+    fn watch(
+        self: &Arc<Self>,
+        def: &'static ResourceDef,
+        info: &RequestInfo,
+        encoding: Encoding,
+        started: Instant,
+    ) -> Response<Body> {
+        let plan = match watch::plan(def, &info.options) {
+            Ok(p) => p,
+            Err(s) => {
+                self.count(info, def, s.code, started);
+                return respond::status(&s);
+            }
+        };
+        let labels = LongRunningLabels {
+            verb: "WATCH".into(),
+            resource: def.name.into(),
+            scope: scope(info).into(),
+            component: "apiserver".into(),
+        };
+        let gauge = self.metrics.longrunning.get_or_create(&labels).clone();
+        gauge.inc();
+        struct Done {
+            api: Arc<Api>,
+            info: RequestInfo,
+            def: &'static ResourceDef,
+            started: Instant,
+            gauge: prometheus_client::metrics::gauge::Gauge,
+        }
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.gauge.dec();
+                self.api.count(&self.info, self.def, 200, self.started);
+            }
+        }
+        let done = Done {
+            api: self.clone(),
+            info: info.clone(),
+            def,
+            started,
+            gauge,
+        };
+        let ctx = WatchCtx {
+            store: self.store.clone(),
+            resource: resources::index_of(def),
+            def,
+            encoding,
+            bookmark_every: self.config.bookmark_every,
+            shutdown: self.shutdown.clone(),
+            guard: Box::new(done),
+        };
+        let mut r = Response::new(watch::start(ctx, plan));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r.headers_mut().insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        r
+    }
+
+    async fn write(
+        &self,
+        req: Request<Incoming>,
+        def: &'static ResourceDef,
+        info: &RequestInfo,
+    ) -> Response<Body> {
+        let content_type = header_str(&req, header::CONTENT_TYPE)
+            .unwrap_or("application/json")
+            .to_string();
+        let query = req.uri().query().map(String::from);
+        let dry_run = apimodel::request::query_pairs(query.as_deref().unwrap_or(""))
+            .any(|(k, v)| k == "dryRun" && v == "All");
+        let body = match read_body(req.into_body(), self.config.max_body_bytes).await {
+            Ok(b) => b,
+            Err(s) => return respond::status(&s),
+        };
+        if content_type.starts_with("application/vnd.kubernetes.protobuf")
+            && matches!(info.verb, Verb::Create | Verb::Update)
+        {
+            return respond::status(&Status::unsupported_media_type(&content_type));
+        }
+        let result = match info.verb {
+            Verb::Create => {
+                write::create(self, def, info, &body, dry_run).map(|o| (StatusCode::CREATED, o))
+            }
+            Verb::Update => write::update(self, def, info, Change::Replace(&body), dry_run)
+                .map(|o| (StatusCode::OK, o)),
+            Verb::Patch => match PatchType::from_content_type(&content_type) {
+                Some(kind) => write::update(self, def, info, Change::Patch(kind, &body), dry_run)
+                    .map(|o| (StatusCode::OK, o)),
+                None => Err(Status::unsupported_media_type(&content_type)),
+            },
+            Verb::Delete => DeleteOptions::parse(query.as_deref(), &body)
+                .and_then(|o| write::delete(self, def, &info.namespace, &info.name, &o, dry_run))
+                .map(|o| (StatusCode::OK, o)),
+            Verb::DeleteCollection => {
+                return self.delete_collection(def, info, query.as_deref(), &body, dry_run)
+            }
+            _ => Err(Status::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({})",
+                info.verb
+            ))),
+        };
+        match result {
+            Ok((code, o)) => respond::json(code, o.json.clone()),
+            Err(s) => respond::status(&s),
+        }
+    }
+
+    fn delete_collection(
+        &self,
+        def: &'static ResourceDef,
+        info: &RequestInfo,
+        query: Option<&str>,
+        body: &[u8],
+        dry_run: bool,
+    ) -> Response<Body> {
+        let filter = match list::Filter::parse(def, &info.options) {
+            Ok(f) => f,
+            Err(s) => return respond::status(&s),
+        };
+        let opts = match DeleteOptions::parse(query, body) {
+            Ok(o) => o,
+            Err(s) => return respond::status(&s),
+        };
+        let (rv, map) = self.store.snapshot(resources::index_of(def));
+        let mut items = Vec::new();
+        for (_, o) in map.iter() {
+            if (info.namespace.is_empty() || o.namespace == info.namespace)
+                && filter.matches(def, o)
+            {
+                if let Ok(d) = write::delete(self, def, &o.namespace, &o.name, &opts, dry_run) {
+                    items.push(d);
+                }
+            }
+        }
+        let mut out = format!("{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}},\"items\":[", def.list_kind(), def.api_version()).into_bytes();
+        for (i, o) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&o.json);
+        }
+        out.extend_from_slice(b"]}");
+        respond::json(StatusCode::OK, out)
+    }
+
+    async fn non_resource(
+        &self,
+        req: Request<Incoming>,
+        info: &RequestInfo,
+        user: &UserInfo,
+    ) -> Response<Body> {
+        let path = info.path.trim_end_matches('/');
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let ok = |v: serde_json::Value| respond::json_value(StatusCode::OK, &v);
+        match (req.method(), parts.as_slice()) {
+            (&Method::GET, ["healthz" | "livez" | "readyz", ..]) => {
+                respond::plain(StatusCode::OK, "ok")
+            }
+            (&Method::GET, ["version"]) => ok(discovery::version()),
+            (&Method::GET, ["metrics"]) => self.metrics_text(),
+            (&Method::GET, ["api"]) => ok(discovery::api_versions(&self.config.server_address)),
+            (&Method::GET, ["api", v]) => {
+                discovery::resource_list("", v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["apis"]) => ok(discovery::group_list()),
+            (&Method::GET, ["apis", g]) => {
+                discovery::api_group(g).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["apis", g, v]) => {
+                discovery::resource_list(g, v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["openapi", "v3"]) => ok(discovery::openapi_v3_root()),
+            (&Method::GET, ["openapi", "v3", "api", v]) => {
+                discovery::openapi_v3("", v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["openapi", "v3", "apis", g, v]) => {
+                discovery::openapi_v3(g, v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::POST, ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]) => {
+                if let Err(s) = read_body(req.into_body(), self.config.max_body_bytes).await {
+                    return respond::status(&s);
+                }
+                respond::json_value(
+                    StatusCode::CREATED,
+                    &json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+                            "metadata": {"creationTimestamp": null}, "status": {"userInfo": user}}),
+                )
+            }
+            _ => not_found(path),
+        }
+    }
+
+    fn metrics_text(&self) -> Response<Body> {
+        for (i, def) in resources::RESOURCES.iter().enumerate() {
+            let name = if def.group.is_empty() {
+                def.name.to_string()
+            } else {
+                format!("{}.{}", def.name, def.group)
+            };
+            self.metrics
+                .storage_objects
+                .get_or_create(&super::metrics::ResourceLabels { resource: name })
+                .set(self.store.count(i) as i64);
+        }
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            return respond::status(&Status::internal(format!("encoding metrics: {e}")));
+        }
+        let mut r = Response::new(respond::full(out));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        );
+        r
+    }
+}
+
+fn not_found(path: &str) -> Response<Body> {
+    respond::status(&Status::path_not_found(path))
+}
+
+fn scope(info: &RequestInfo) -> &'static str {
+    if !info.name.is_empty() {
+        "resource"
+    } else if info.namespace.is_empty() {
+        "cluster"
+    } else {
+        "namespace"
+    }
+}
+
+fn count(m: &SimMetrics, info: &RequestInfo, def: &ResourceDef, code: u16, started: Instant) {
+    let verb = match info.verb {
+        Verb::Get => "GET",
+        Verb::List => "LIST",
+        Verb::Watch => "WATCH",
+        Verb::Create => "POST",
+        Verb::Update => "PUT",
+        Verb::Patch => "PATCH",
+        Verb::Delete => "DELETE",
+        Verb::DeleteCollection => "DELETECOLLECTION",
+        Verb::Connect => "CONNECT",
+        Verb::NonResource => "GET",
+    };
+    let d = DurationLabels {
+        verb: verb.into(),
+        group: def.group.into(),
+        version: def.version.into(),
+        resource: def.name.into(),
+        subresource: info.subresource.clone(),
+        scope: scope(info).into(),
+        component: "apiserver".into(),
+    };
+    m.duration
+        .get_or_create(&d)
+        .observe(started.elapsed().as_secs_f64());
+    let r = RequestLabels {
+        verb: d.verb,
+        group: d.group,
+        version: d.version,
+        resource: d.resource,
+        subresource: d.subresource,
+        scope: d.scope,
+        component: d.component,
+        code: code.to_string(),
+    };
+    m.requests.get_or_create(&r).inc();
+}
+
+/// Reads a request body up to `max` bytes: 413 beyond, 400 if the client's body breaks.
+async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Status> {
+    match Limited::new(body, max).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(Status::too_large(max as u64))
+        }
+        Err(e) => Err(Status::bad_request(format!(
+            "reading the request body: {e}"
+        ))),
+    }
+}

@@ -1,0 +1,243 @@
+//! `tollgate-bench sim` flags, named after kube-apiserver's where they mean the same.
+
+use super::authn::AuthnConfig;
+use super::pki::CertAuthority;
+use super::seed::SeedSpec;
+use super::tls;
+use clap::Parser;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why the simulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {0}")]
+    Bind(String, #[source] std::io::Error),
+    #[error("{0}")]
+    Config(String),
+    #[error("reading {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A duration flag: `500ms`, `10s`, `5m`, `1h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationArg(pub Duration);
+
+impl FromStr for DurationArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let n: f64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 10s, 5m, 1h)"))?;
+        let secs = match unit {
+            "ms" => n / 1000.0,
+            "s" | "" => n,
+            "m" => n * 60.0,
+            "h" => n * 3600.0,
+            _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+        };
+        Duration::try_from_secs_f64(secs)
+            .map(DurationArg)
+            .map_err(|e| format!("{s:?}: {e}"))
+    }
+}
+
+/// A simulated kube-apiserver: kubectl, loadgen and tollgate talk to it as to a real one.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "sim")]
+pub struct SimArgs {
+    /// Address to serve the Kubernetes API on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8001")]
+    pub listen: String,
+    /// Serve HTTPS with a generated CA and serving certificate (or --tls-cert-file/--tls-private-key-file).
+    #[arg(long)]
+    pub tls: bool,
+    /// Serving certificate (PEM) to use with --tls instead of a generated one.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Key of --tls-cert-file (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Directory to write the generated CA and serving certificate into (ca.crt, apiserver.crt, apiserver.key).
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+    /// Write a kubeconfig that kubectl can use as is to this path.
+    #[arg(long)]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Nodes to seed (each with its Lease in kube-node-lease).
+    #[arg(long, default_value_t = 0)]
+    pub nodes: usize,
+    /// Pods to seed, spread over the nodes and namespaces.
+    #[arg(long, default_value_t = 0)]
+    pub pods: usize,
+    /// Workload namespaces to seed (ns-1 … ns-N), besides default, kube-system, kube-public and kube-node-lease.
+    #[arg(long, default_value_t = 1)]
+    pub namespaces: usize,
+    /// Approximate JSON size of each seeded pod, in bytes.
+    #[arg(long, default_value_t = 2048)]
+    pub pod_bytes: usize,
+    /// Random seed for the seeded objects: the same seed gives the same objects.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Non-mutating requests served at once before 429 (0: no limit), as kube-apiserver's flag.
+    #[arg(long, default_value_t = 400)]
+    pub max_requests_inflight: usize,
+    /// Mutating requests served at once before 429 (0: no limit), as kube-apiserver's flag.
+    #[arg(long, default_value_t = 200)]
+    pub max_mutating_requests_inflight: usize,
+    /// Revisions of history kept (etcd compaction): continue tokens and watches older than this get 410 Gone.
+    #[arg(long, default_value_t = 50_000)]
+    pub history_window: usize,
+    /// Largest request body accepted; larger bodies get 413 (kube-apiserver's limit is 3 MiB).
+    #[arg(long, default_value_t = 3 * 1024 * 1024)]
+    pub max_request_body_bytes: usize,
+    /// How often a watch with allowWatchBookmarks=true gets a BOOKMARK event.
+    #[arg(long, default_value = "60s")]
+    pub bookmark_interval: DurationArg,
+    /// How long the simulated kubelet takes to stop a pod once its graceful delete starts
+    /// (capped by the pod's grace period; a real kubelet takes up to the grace period).
+    #[arg(long, default_value = "1s")]
+    pub kubelet_delete_delay: DurationArg,
+    /// Static bearer tokens, kube-apiserver's CSV format: token,user,uid,"group1,group2".
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+    /// CA bundle (PEM) that verifies client certificates: CN is the user, O the groups.
+    #[arg(long = "client-ca-file")]
+    pub client_ca_file: Option<PathBuf>,
+    /// CA bundle (PEM) of front proxies whose X-Remote-User/X-Remote-Group headers are trusted.
+    #[arg(long = "requestheader-client-ca-file")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Front-proxy certificate CNs accepted, comma-separated; empty accepts any CN signed by the CA.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers carrying the user name from a front proxy.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers carrying groups from a front proxy.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    pub requestheader_group_headers: Vec<String>,
+    /// Header prefixes carrying extra user attributes from a front proxy.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Serve requests without credentials as system:anonymous (false: 401).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub anonymous_auth: bool,
+}
+
+impl Default for SimArgs {
+    fn default() -> Self {
+        SimArgs::parse_from(["sim", "--listen", "127.0.0.1:0"])
+    }
+}
+
+fn read(path: &PathBuf) -> Result<String, SimError> {
+    std::fs::read_to_string(path).map_err(|source| SimError::Read {
+        path: path.clone(),
+        source,
+    })
+}
+
+impl SimArgs {
+    pub fn seed_spec(&self) -> SeedSpec {
+        SeedSpec {
+            nodes: self.nodes,
+            pods: self.pods,
+            namespaces: self.namespaces,
+            pod_bytes: self.pod_bytes,
+            seed: self.seed,
+        }
+    }
+
+    pub fn authn_config(&self) -> Result<AuthnConfig, SimError> {
+        Ok(AuthnConfig {
+            token_auth_file: self.token_auth_file.clone(),
+            client_ca_pem: self.client_ca_file.as_ref().map(read).transpose()?,
+            requestheader_client_ca_pem: self
+                .requestheader_client_ca_file
+                .as_ref()
+                .map(read)
+                .transpose()?,
+            requestheader_allowed_names: self.requestheader_allowed_names.clone(),
+            requestheader_username_headers: self.requestheader_username_headers.clone(),
+            requestheader_uid_headers: Vec::new(),
+            requestheader_group_headers: self.requestheader_group_headers.clone(),
+            requestheader_extra_headers_prefix: self.requestheader_extra_headers_prefix.clone(),
+            anonymous_auth: self.anonymous_auth,
+        })
+    }
+}
+
+/// The TLS server config and, when we generated the certificate, the CA that signed it.
+pub fn tls_setup(
+    args: &SimArgs,
+    authn: &AuthnConfig,
+) -> Result<(Arc<rustls::ServerConfig>, Option<String>), SimError> {
+    let (cert, key, ca) = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => (read(c)?, read(k)?, None),
+        _ => {
+            let ca = CertAuthority::generate("tollgate-sim-ca")
+                .map_err(|e| SimError::Config(e.to_string()))?;
+            let serving = ca
+                .issue_server(&["localhost", "127.0.0.1", "::1"])
+                .map_err(|e| SimError::Config(e.to_string()))?;
+            if let Some(dir) = &args.cert_dir {
+                ca.cert_key_pem()
+                    .write_to_dir(dir, "ca")
+                    .map_err(|e| SimError::Config(e.to_string()))?;
+                serving
+                    .write_to_dir(dir, "apiserver")
+                    .map_err(|e| SimError::Config(e.to_string()))?;
+            }
+            (
+                serving.cert_pem,
+                serving.key_pem,
+                Some(ca.cert_pem().to_string()),
+            )
+        }
+    };
+    let cfg = tls::server_config(&cert, &key, &authn.tls_client_auth())
+        .map_err(|e| SimError::Config(e.to_string()))?;
+    Ok((cfg, ca))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_refuse_nonsense() {
+        assert_eq!(
+            "500ms".parse::<DurationArg>().unwrap().0,
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            "2m".parse::<DurationArg>().unwrap().0,
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            "3".parse::<DurationArg>().unwrap().0,
+            Duration::from_secs(3)
+        );
+        assert!("3 parsecs".parse::<DurationArg>().is_err());
+        assert!("-1s".parse::<DurationArg>().is_err());
+    }
+
+    #[test]
+    fn defaults_match_kube_apiserver() {
+        let a = SimArgs::default();
+        assert_eq!(a.max_requests_inflight, 400);
+        assert_eq!(a.max_mutating_requests_inflight, 200);
+        assert!(a.anonymous_auth);
+    }
+}

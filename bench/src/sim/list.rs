@@ -1,0 +1,342 @@
+//! LIST: which revision a request reads (consistent, any, not older than N,
+//! exactly N, or a continue token's), selector filtering, `limit`/`continue`
+//! paging, and the response streamed chunk by chunk from a snapshot, never
+//! built whole in memory.
+
+use super::object::Obj;
+use super::resources::ResourceDef;
+use super::respond::Encoding;
+use super::store::{ObjMap, Store, StoreError};
+use super::table;
+use apimodel::{FieldSelector, LabelSelector, ListOptions, Status};
+use base64::Engine;
+use bytes::{BufMut, Bytes, BytesMut};
+use std::sync::Arc;
+
+/// Bytes gathered before a chunk is handed to the connection.
+const CHUNK: usize = 64 * 1024;
+
+/// The selectors of a LIST or WATCH, checked against what the resource supports.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    pub fn parse(def: &ResourceDef, o: &ListOptions) -> Result<Filter, Status> {
+        let labels = LabelSelector::parse(o.label_selector.as_deref().unwrap_or(""))
+            .map_err(|e| Status::bad_request(e.to_string()))?;
+        let fields = FieldSelector::parse(o.field_selector.as_deref().unwrap_or(""))
+            .map_err(|e| Status::bad_request(e.to_string()))?;
+        for r in &fields.requirements {
+            if !def.supports_field(&r.field) {
+                return Err(Status::bad_request(format!(
+                    "\"{}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"{}",
+                    r.field,
+                    def.fields.iter().map(|f| format!(", \"{f}\"")).collect::<String>()
+                )));
+            }
+        }
+        Ok(Filter { labels, fields })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    pub fn matches(&self, def: &ResourceDef, o: &Obj) -> bool {
+        self.labels.matches(&o.labels) && self.fields.matches(&|f| o.field(def, f))
+    }
+}
+
+/// The revision a LIST reads at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAt {
+    /// The latest state (consistent read, or `resourceVersion=0`).
+    Latest,
+    /// Any state at least this new.
+    NotOlderThan(u64),
+    /// Exactly this revision.
+    Exact(u64),
+}
+
+/// A LIST request, validated.
+#[derive(Debug, Clone)]
+pub struct ListPlan {
+    pub read_at: ReadAt,
+    pub limit: Option<u64>,
+    /// Keys from here on (inclusive), from a continue token.
+    pub start: Option<String>,
+    pub filter: Filter,
+    /// True when served from the watch cache (what the metrics' `storage` label reports).
+    pub from_cache: bool,
+}
+
+fn parse_rv(v: &str) -> Result<u64, Status> {
+    v.parse::<u64>().map_err(|_| {
+        Status::invalid(
+            "",
+            "",
+            "",
+            format!("resourceVersion: Invalid value: {v:?}: must be a non-negative integer"),
+        )
+    })
+}
+
+/// Validates the options as the apiserver does and decides what to read.
+pub fn plan(def: &ResourceDef, o: &ListOptions) -> Result<ListPlan, Status> {
+    let filter = Filter::parse(def, o)?;
+    let rv = o.resource_version.as_deref().map(parse_rv).transpose()?;
+    let m = o.resource_version_match.as_deref();
+    if m.is_some() && rv.is_none() {
+        return Err(Status::invalid("", "", "", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"));
+    }
+    if let Some(token) = &o.continue_token {
+        if rv.is_some() {
+            return Err(Status::invalid("", "", "", "resourceVersion: Forbidden: specifying resource version is not allowed when using continue"));
+        }
+        let (at, start) = decode_continue(token)?;
+        return Ok(ListPlan {
+            read_at: ReadAt::Exact(at),
+            limit: o.limit,
+            start: Some(start),
+            filter,
+            from_cache: false,
+        });
+    }
+    let (read_at, from_cache) = match (rv, m) {
+        (None, _) => (ReadAt::Latest, false),
+        (Some(0), None | Some("NotOlderThan")) => (ReadAt::Latest, true),
+        (Some(0), Some("Exact")) => {
+            return Err(Status::invalid("", "", "", "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""))
+        }
+        (Some(n), Some("NotOlderThan")) => (ReadAt::NotOlderThan(n), true),
+        (Some(n), Some("Exact")) => (ReadAt::Exact(n), false),
+        (Some(n), None) if o.limit.is_some() => (ReadAt::Exact(n), false),
+        (Some(n), None) => (ReadAt::NotOlderThan(n), true),
+        (Some(_), Some(other)) => {
+            return Err(Status::invalid("", "", "", format!("resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\"")))
+        }
+    };
+    Ok(ListPlan {
+        read_at,
+        limit: o.limit,
+        start: None,
+        filter,
+        from_cache,
+    })
+}
+
+/// The continue token the apiserver writes: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`.
+pub fn encode_continue(rv: u64, last_key: &str) -> String {
+    let v =
+        serde_json::json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{last_key}\u{0}")});
+    base64::engine::general_purpose::STANDARD.encode(v.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(u64, String), Status> {
+    let bad = |why: &str| Status::bad_request(format!("continue key is not valid: {why}"));
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(token))
+        .map_err(|_| bad("not base64"))?;
+    let v: serde_json::Value = serde_json::from_slice(&raw).map_err(|_| bad("not JSON"))?;
+    if v["v"] != "meta.k8s.io/v1" {
+        return Err(bad("unsupported version"));
+    }
+    let rv = v["rv"]
+        .as_u64()
+        .filter(|rv| *rv > 0)
+        .ok_or_else(|| bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
+    let start = v["start"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("encoded start key empty"))?;
+    Ok((rv, start.to_string()))
+}
+
+/// The message the apiserver sends with a 410 for a continue token older than compaction.
+pub const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// The snapshot a plan reads, and its revision.
+pub fn snapshot(store: &Store, resource: usize, plan: &ListPlan) -> Result<(u64, ObjMap), Status> {
+    match plan.read_at {
+        ReadAt::Latest | ReadAt::NotOlderThan(_) => Ok(store.snapshot(resource)),
+        ReadAt::Exact(at) => match store.snapshot_at(resource, at) {
+            Ok(m) => Ok((at, m)),
+            Err(StoreError::Compacted { asked, oldest }) => Err(if plan.start.is_some() {
+                Status::expired(EXPIRED_CONTINUE)
+            } else {
+                Status::expired(format!(
+                    "The resourceVersion for the provided list is too old: {asked} ({oldest})"
+                ))
+            }),
+            Err(e) => Err(Status::internal(e.to_string())),
+        },
+    }
+}
+
+/// Counts a LIST reports to the metrics when its body ends.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ListStats {
+    pub fetched: u64,
+    pub evaluated: u64,
+    pub returned: u64,
+}
+
+type Items = Box<dyn Iterator<Item = Arc<Obj>> + Send>;
+type OnDone = Box<dyn FnOnce(ListStats) + Send>;
+
+/// The chunks of one LIST response.
+pub struct ListBody {
+    head: Option<Bytes>,
+    items: Items,
+    def: &'static ResourceDef,
+    encoding: Encoding,
+    filter: Option<Filter>,
+    first: bool,
+    done: bool,
+    now: i64,
+    stats: ListStats,
+    on_done: Option<OnDone>,
+}
+
+/// Builds the response body for a plan over a snapshot. With a limit, the page
+/// is chosen up front (the continue token goes in the head); without, the
+/// snapshot is walked as the client reads.
+pub fn body(
+    def: &'static ResourceDef,
+    rv: u64,
+    map: ObjMap,
+    plan: ListPlan,
+    encoding: Encoding,
+    now: i64,
+    on_done: OnDone,
+) -> ListBody {
+    let map = match &plan.start {
+        Some(start) => {
+            let (_, at, mut rest) = map.split_lookup(start);
+            if let Some(o) = at {
+                rest.insert(start.clone(), o);
+            }
+            rest
+        }
+        None => map,
+    };
+    let mut stats = ListStats::default();
+    let (items, filter, cont): (Items, Option<Filter>, Option<String>) = match plan.limit {
+        Some(limit) => {
+            let mut page = Vec::new();
+            let mut cont = None;
+            let mut iter = map.iter();
+            for (k, o) in iter.by_ref() {
+                stats.fetched += 1;
+                stats.evaluated += 1;
+                if plan.filter.matches(def, o) {
+                    page.push(o.clone());
+                    if page.len() as u64 >= limit {
+                        cont = Some(k.clone());
+                        break;
+                    }
+                }
+            }
+            // No continue token when nothing follows the page.
+            let cont = cont
+                .filter(|_| iter.next().is_some())
+                .map(|k| encode_continue(rv, &k));
+            (Box::new(page.into_iter()), None, cont)
+        }
+        None => (
+            Box::new(map.into_iter().map(|(_, o)| o)),
+            Some(plan.filter),
+            None,
+        ),
+    };
+    let head = head(def, rv, cont.as_deref(), encoding);
+    ListBody {
+        head: Some(head),
+        items,
+        def,
+        encoding,
+        filter,
+        first: true,
+        done: false,
+        now,
+        stats,
+        on_done: Some(on_done),
+    }
+}
+
+fn head(def: &ResourceDef, rv: u64, cont: Option<&str>, encoding: Encoding) -> Bytes {
+    let mut meta = serde_json::json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = c.into();
+    }
+    let s = match encoding {
+        Encoding::Json => format!(
+            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+            def.list_kind(),
+            def.api_version(),
+            meta
+        ),
+        Encoding::Table(v) => format!(
+            "{{\"kind\":\"Table\",\"apiVersion\":\"meta.k8s.io/{v}\",\"metadata\":{},\"columnDefinitions\":{},\"rows\":[",
+            meta,
+            table::columns(def)
+        ),
+    };
+    Bytes::from(s)
+}
+
+impl Iterator for ListBody {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if let Some(h) = self.head.take() {
+            return Some(h);
+        }
+        if self.done {
+            return None;
+        }
+        let mut buf = BytesMut::with_capacity(CHUNK + 4096);
+        for o in self.items.by_ref() {
+            if let Some(f) = &self.filter {
+                self.stats.fetched += 1;
+                self.stats.evaluated += 1;
+                if !f.matches(self.def, &o) {
+                    continue;
+                }
+            }
+            self.stats.returned += 1;
+            if !self.first {
+                buf.put_u8(b',');
+            }
+            self.first = false;
+            match self.encoding {
+                Encoding::Json => buf.extend_from_slice(&o.json),
+                Encoding::Table(_) => {
+                    buf.extend_from_slice(table::row(self.def, &o, self.now).to_string().as_bytes())
+                }
+            }
+            if buf.len() >= CHUNK {
+                return Some(buf.freeze());
+            }
+        }
+        self.done = true;
+        buf.extend_from_slice(b"]}");
+        if let Some(f) = self.on_done.take() {
+            f(self.stats);
+        }
+        Some(buf.freeze())
+    }
+}
+
+impl Drop for ListBody {
+    fn drop(&mut self) {
+        // A client that went away mid-list still read what it read.
+        if let Some(f) = self.on_done.take() {
+            f(self.stats);
+        }
+    }
+}

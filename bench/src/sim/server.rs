@@ -1,0 +1,104 @@
+//! Accepting connections: plain TCP or rustls, HTTP/1.1 and HTTP/2 on the
+//! same port (250 concurrent streams per HTTP/2 connection, as kube-apiserver
+//! advertises), and a graceful stop that ends open watches.
+
+use super::api::{Api, Peer};
+use super::tls::peer_certificates;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// kube-apiserver's `--http2-max-streams-per-connection` default.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 250;
+/// A client that has not finished its TLS handshake or request headers by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long open requests may run on after a stop before their connections are cut.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Serves until `stop` is cancelled, then drains.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    api: Arc<Api>,
+    stop: CancellationToken,
+) {
+    let tracker = TaskTracker::new();
+    loop {
+        let (tcp, remote) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and similar: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let api = api.clone();
+        let tls = tls.clone();
+        let stop = stop.clone();
+        tracker.spawn(async move {
+            match tls {
+                None => connection(TokioIo::new(tcp), Peer::default(), api, stop).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            let peer = Peer {
+                                certs: peer_certificates(&stream),
+                            };
+                            connection(TokioIo::new(stream), peer, api, stop).await
+                        }
+                        Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
+}
+
+async fn connection<I>(io: TokioIo<I>, peer: Peer, api: Arc<Api>, stop: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = Arc::new(peer);
+    let svc = service_fn(move |req| {
+        let api = api.clone();
+        let peer = peer.clone();
+        async move { Ok::<_, Infallible>(api.handle(req, &peer).await) }
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+    let conn = builder.serve_connection_with_upgrades(io, svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(DRAIN, conn).await;
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! The in-memory store: every resource's objects at the current revision, a
+//! bounded history of changes (what etcd keeps until compaction), and a signal
+//! that wakes watchers when the revision moves.
+//!
+//! One global revision counter orders all writes, as etcd's does, so each
+//! write is exactly one [`Event`] and `history[i].rv == first_rv + i`.
+//! Maps are persistent (imbl), so a LIST takes an O(1) snapshot and streams
+//! it without holding the lock; a read at an older revision is the current
+//! snapshot with the changes since then undone.
+
+use super::object::Obj;
+use imbl::OrdMap;
+use std::collections::VecDeque;
+use std::sync::{Arc, RwLock};
+use tokio::sync::watch;
+
+pub type ObjMap = OrdMap<String, Arc<Obj>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One write. For a delete, `cur` is the object's last state stamped with the delete's revision.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub resource: usize,
+    pub kind: EventType,
+    pub prev: Option<Arc<Obj>>,
+    pub cur: Arc<Obj>,
+}
+
+/// What the store refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("object not found")]
+    NotFound,
+    #[error("object already exists")]
+    AlreadyExists,
+    #[error("the object has been modified")]
+    Conflict,
+    /// The revision asked for is older than the history kept.
+    #[error("too old resource version: {asked} ({oldest})")]
+    Compacted { asked: u64, oldest: u64 },
+}
+
+/// What a write does to the object under a key.
+pub enum Write {
+    Put(serde_json::Value),
+    Delete,
+}
+
+struct State {
+    rv: u64,
+    maps: Vec<ObjMap>,
+    history: VecDeque<Arc<Event>>,
+    /// Events at or below this revision are gone.
+    compacted: u64,
+}
+
+/// The simulated etcd plus watch cache.
+pub struct Store {
+    state: RwLock<State>,
+    window: usize,
+    notify: watch::Sender<u64>,
+}
+
+impl Store {
+    /// A store for `resources` kinds keeping the last `window` revisions of history.
+    pub fn new(resources: usize, window: usize) -> Store {
+        let (notify, _) = watch::channel(1);
+        Store {
+            state: RwLock::new(State {
+                rv: 1,
+                maps: vec![OrdMap::new(); resources],
+                history: VecDeque::new(),
+                compacted: 1,
+            }),
+            window: window.max(1),
+            notify,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // A panic while holding the lock cannot leave the maps half-written (each
+        // write swaps whole values), so a poisoned lock is still consistent.
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_lock(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> u64 {
+        self.read().rv
+    }
+
+    /// The oldest revision a read or watch may still start from.
+    pub fn compacted(&self) -> u64 {
+        self.read().compacted
+    }
+
+    /// A receiver that changes whenever the revision moves.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.notify.subscribe()
+    }
+
+    pub fn get(&self, resource: usize, key: &str) -> Option<Arc<Obj>> {
+        self.read().maps[resource].get(key).cloned()
+    }
+
+    pub fn count(&self, resource: usize) -> usize {
+        self.read().maps[resource].len()
+    }
+
+    /// The resource's objects now, and the revision they are at.
+    pub fn snapshot(&self, resource: usize) -> (u64, ObjMap) {
+        let s = self.read();
+        (s.rv, s.maps[resource].clone())
+    }
+
+    /// The resource's objects as they were at revision `at`.
+    pub fn snapshot_at(&self, resource: usize, at: u64) -> Result<ObjMap, StoreError> {
+        let (mut map, undo) = {
+            let s = self.read();
+            if at < s.compacted {
+                return Err(StoreError::Compacted {
+                    asked: at,
+                    oldest: s.compacted,
+                });
+            }
+            let undo: Vec<Arc<Event>> = s
+                .history
+                .iter()
+                .rev()
+                .take_while(|e| e.rv > at)
+                .filter(|e| e.resource == resource)
+                .cloned()
+                .collect();
+            (s.maps[resource].clone(), undo)
+        };
+        // Newest first, so each key ends at its state just after `at`.
+        for e in undo {
+            let key = e.cur.key();
+            match &e.prev {
+                Some(p) => map.insert(key, p.clone()),
+                None => map.remove(&key),
+            };
+        }
+        Ok(map)
+    }
+
+    /// Events for `resource` after revision `after`, at most `max` of them, and
+    /// the revision the scan reached (so a watcher of a quiet resource does not
+    /// rescan other resources' writes).
+    pub fn events_after(
+        &self,
+        resource: usize,
+        after: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
+        let s = self.read();
+        if after < s.compacted {
+            return Err(StoreError::Compacted {
+                asked: after,
+                oldest: s.compacted,
+            });
+        }
+        let Some(first) = s.history.front().map(|e| e.rv) else {
+            return Ok((Vec::new(), after.max(s.rv)));
+        };
+        let start = (after + 1).saturating_sub(first) as usize;
+        let mut out = Vec::new();
+        let mut reached = after.max(first.saturating_sub(1));
+        for e in s.history.iter().skip(start) {
+            if out.len() >= max {
+                break;
+            }
+            reached = e.rv;
+            if e.resource == resource {
+                out.push(e.clone());
+            }
+        }
+        Ok((out, reached))
+    }
+
+    /// Loads objects that exist before the server starts: no events, and
+    /// history begins after them (a watch from an earlier revision gets 410).
+    pub fn seed(&self, resource: usize, objs: impl IntoIterator<Item = Obj>) {
+        let mut s = self.write_lock();
+        for o in objs {
+            s.rv = s.rv.max(o.rv);
+            let key = o.key();
+            s.maps[resource].insert(key, Arc::new(o));
+        }
+        s.compacted = s.rv;
+        let rv = s.rv;
+        drop(s);
+        self.notify.send_replace(rv);
+    }
+
+    /// The revision the next write will get (seeding stamps objects with it).
+    pub fn next_revision(&self) -> u64 {
+        self.read().rv + 1
+    }
+
+    /// Applies one write under `key` if the object is still at `expect_rv`
+    /// (`Some(0)`: must not exist; `None`: any state). `build` stamps the new
+    /// revision into the stored object. Returns the event.
+    pub fn write(
+        &self,
+        resource: usize,
+        key: &str,
+        expect_rv: Option<u64>,
+        write: Write,
+        build: impl FnOnce(serde_json::Value, u64) -> Obj,
+    ) -> Result<Arc<Event>, StoreError> {
+        let mut s = self.write_lock();
+        let prev = s.maps[resource].get(key).cloned();
+        match (&write, expect_rv, &prev) {
+            (_, Some(0), Some(_)) => return Err(StoreError::AlreadyExists),
+            (_, Some(n), None) if n != 0 => return Err(StoreError::NotFound),
+            (_, Some(n), Some(p)) if n != 0 && p.rv != n => return Err(StoreError::Conflict),
+            (Write::Delete, _, None) => return Err(StoreError::NotFound),
+            _ => {}
+        }
+        let rv = s.rv + 1;
+        let (kind, cur) = match write {
+            Write::Put(v) => {
+                let obj = Arc::new(build(v, rv));
+                s.maps[resource].insert(key.to_string(), obj.clone());
+                (
+                    if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    },
+                    obj,
+                )
+            }
+            Write::Delete => {
+                let Some(p) = &prev else {
+                    return Err(StoreError::NotFound);
+                };
+                s.maps[resource].remove(key);
+                (EventType::Deleted, Arc::new(build(p.value(), rv)))
+            }
+        };
+        s.rv = rv;
+        let event = Arc::new(Event {
+            rv,
+            resource,
+            kind,
+            prev,
+            cur,
+        });
+        s.history.push_back(event.clone());
+        while s.history.len() > self.window {
+            if let Some(old) = s.history.pop_front() {
+                s.compacted = old.rv;
+            }
+        }
+        drop(s);
+        self.notify.send_replace(rv);
+        Ok(event)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,122 @@
+use super::*;
+use crate::sim::resources;
+use serde_json::json;
+
+fn pods() -> usize {
+    resources::index_of(resources::by_name("pods").unwrap())
+}
+
+fn pod(name: &str, v: u64) -> serde_json::Value {
+    json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":"ns","labels":{"v":v.to_string()}},"spec":{"nodeName":"n1"}})
+}
+
+fn put(s: &Store, name: &str, v: u64, expect: Option<u64>) -> Result<Arc<Event>, StoreError> {
+    let def = resources::by_name("pods").unwrap();
+    s.write(
+        pods(),
+        &format!("ns/{name}"),
+        expect,
+        Write::Put(pod(name, v)),
+        |val, rv| Obj::new(def, val, rv),
+    )
+}
+
+fn del(s: &Store, name: &str) -> Result<Arc<Event>, StoreError> {
+    let def = resources::by_name("pods").unwrap();
+    s.write(
+        pods(),
+        &format!("ns/{name}"),
+        None,
+        Write::Delete,
+        |val, rv| Obj::new(def, val, rv),
+    )
+}
+
+#[test]
+fn writes_are_ordered_and_conditional() {
+    let s = Store::new(resources::RESOURCES.len(), 100);
+    let a = put(&s, "a", 1, Some(0)).unwrap();
+    assert_eq!(a.kind, EventType::Added);
+    assert_eq!(
+        put(&s, "a", 1, Some(0)).unwrap_err(),
+        StoreError::AlreadyExists
+    );
+    let b = put(&s, "a", 2, Some(a.rv)).unwrap();
+    assert_eq!(b.rv, a.rv + 1);
+    assert_eq!(b.kind, EventType::Modified);
+    // A write that read the object before `b` is stale.
+    assert_eq!(
+        put(&s, "a", 3, Some(a.rv)).unwrap_err(),
+        StoreError::Conflict
+    );
+    assert_eq!(put(&s, "zz", 3, Some(7)).unwrap_err(), StoreError::NotFound);
+    let d = del(&s, "a").unwrap();
+    assert_eq!(d.kind, EventType::Deleted);
+    assert_eq!(d.cur.rv, d.rv);
+    assert_eq!(del(&s, "a").unwrap_err(), StoreError::NotFound);
+    let stored: serde_json::Value = serde_json::from_slice(&b.cur.json).unwrap();
+    assert_eq!(stored["metadata"]["resourceVersion"], b.rv.to_string());
+}
+
+#[test]
+fn snapshots_at_old_revisions_undo_later_writes() {
+    let s = Store::new(resources::RESOURCES.len(), 100);
+    put(&s, "a", 1, Some(0)).unwrap();
+    let at = put(&s, "b", 1, Some(0)).unwrap().rv;
+    put(&s, "c", 1, Some(0)).unwrap();
+    put(&s, "a", 2, None).unwrap();
+    del(&s, "b").unwrap();
+    let then = s.snapshot_at(pods(), at).unwrap();
+    let keys: Vec<_> = then.keys().cloned().collect();
+    assert_eq!(keys, vec!["ns/a", "ns/b"]);
+    assert_eq!(then.get("ns/a").unwrap().labels["v"], "1");
+    let (_, now) = s.snapshot(pods());
+    assert_eq!(
+        now.keys().cloned().collect::<Vec<_>>(),
+        vec!["ns/a", "ns/c"]
+    );
+}
+
+#[test]
+fn history_is_bounded_and_old_revisions_expire() {
+    let s = Store::new(resources::RESOURCES.len(), 3);
+    let first = put(&s, "a", 0, None).unwrap().rv;
+    for i in 1..10 {
+        put(&s, "a", i, None).unwrap();
+    }
+    assert!(matches!(
+        s.events_after(pods(), first, 100),
+        Err(StoreError::Compacted { .. })
+    ));
+    assert!(matches!(
+        s.snapshot_at(pods(), first),
+        Err(StoreError::Compacted { .. })
+    ));
+    let rv = s.revision();
+    let (evs, reached) = s.events_after(pods(), rv - 3, 100).unwrap();
+    assert_eq!(reached, rv);
+    assert_eq!(
+        evs.iter().map(|e| e.rv).collect::<Vec<_>>(),
+        vec![rv - 2, rv - 1, rv]
+    );
+    assert!(s.events_after(pods(), rv, 100).unwrap().0.is_empty());
+}
+
+#[test]
+fn seeding_starts_history_after_the_seed() {
+    let s = Store::new(resources::RESOURCES.len(), 100);
+    let def = resources::by_name("pods").unwrap();
+    let base = s.next_revision();
+    s.seed(
+        pods(),
+        (0..5).map(|i| Obj::new(def, pod(&format!("p{i}"), 0), base + i)),
+    );
+    assert_eq!(s.count(pods()), 5);
+    assert_eq!(s.revision(), base + 4);
+    assert!(s.events_after(pods(), base, 10).is_err());
+    assert!(s
+        .events_after(pods(), s.revision(), 10)
+        .unwrap()
+        .0
+        .is_empty());
+}

@@ -1,0 +1,532 @@
+//! The writes: create, update (PUT), patch, delete and deletecollection, with
+//! the apiserver's metadata rules (uid, creationTimestamp, generation,
+//! resourceVersion preconditions → 409), graceful pod deletion, finalizers
+//! and namespace termination.
+
+use super::api::Api;
+use super::clock;
+use super::object::{key, Obj};
+use super::patch::{self, PatchError, PatchType};
+use super::resources::{self, ResourceDef};
+use super::store::{Event, StoreError, Write};
+use super::validate;
+use apimodel::{RequestInfo, Status};
+use rand::Rng;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+/// Tries of an update that lost a race with another writer before giving up with 409.
+const UPDATE_RETRIES: usize = 8;
+
+fn store_status(e: StoreError, def: &ResourceDef, name: &str) -> Status {
+    match e {
+        StoreError::NotFound => Status::not_found(def.group, def.name, name),
+        StoreError::AlreadyExists => Status::already_exists(def.group, def.name, name),
+        StoreError::Conflict => Status::conflict(def.group, def.name, name),
+        StoreError::Compacted { .. } => Status::expired(e.to_string()),
+    }
+}
+
+fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Status> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(Status::bad_request(
+            "the body of the request must be a JSON object",
+        )),
+        Err(e) => Err(Status::bad_request(format!(
+            "error decoding the request body as JSON: {e}"
+        ))),
+    }
+}
+
+fn meta_str<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get("metadata")
+        .and_then(|m| m.get(k))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+fn check_kind(def: &ResourceDef, obj: &Map<String, Value>) -> Result<(), Status> {
+    if let Some(k) = obj.get("kind").and_then(Value::as_str) {
+        if k != def.kind {
+            return Err(Status::bad_request(format!(
+                "the kind {k:?} of the body does not match the resource's kind {:?}",
+                def.kind
+            )));
+        }
+    }
+    if let Some(v) = obj.get("apiVersion").and_then(Value::as_str) {
+        if v != def.api_version() {
+            return Err(Status::bad_request(format!(
+                "the API version {v:?} of the body does not match {:?}",
+                def.api_version()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn validate_name(def: &ResourceDef, name: &str) -> Result<(), Status> {
+    let r = if def.name == "namespaces" {
+        validate::label(name)
+    } else {
+        validate::subdomain(name)
+    };
+    r.map_err(|e| {
+        Status::invalid(
+            def.group,
+            def.kind,
+            name,
+            format!("{} {name:?} is invalid: metadata.name: {e}", def.kind),
+        )
+    })
+}
+
+/// Namespaced writes need a namespace that exists and is not terminating.
+fn check_namespace(api: &Api, def: &ResourceDef, ns: &str) -> Result<(), Status> {
+    if !def.namespaced {
+        return Ok(());
+    }
+    let ns_def =
+        resources::by_name("namespaces").ok_or_else(|| Status::internal("no namespaces"))?;
+    let Some(n) = api.store.get(resources::index_of(ns_def), ns) else {
+        return Err(Status::not_found("", "namespaces", ns));
+    };
+    if n.deleting {
+        return Err(Status::failure(403, "Forbidden", format!("{} \"\" is forbidden: unable to create new content in namespace {ns} because it is being terminated", def.name)));
+    }
+    Ok(())
+}
+
+fn generated_name(prefix: &str) -> String {
+    const ALNUM: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    let tail: String = (0..5)
+        .map(|_| ALNUM[rng.random_range(0..ALNUM.len())] as char)
+        .collect();
+    format!("{}{tail}", &prefix[..prefix.len().min(58)])
+}
+
+/// POST: a new object.
+pub fn create(
+    api: &Api,
+    def: &'static ResourceDef,
+    info: &RequestInfo,
+    body: &[u8],
+    dry_run: bool,
+) -> Result<Arc<Obj>, Status> {
+    let mut obj = parse_object(body)?;
+    check_kind(def, &obj)?;
+    let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+    let Some(meta) = meta.as_object_mut() else {
+        return Err(Status::bad_request("metadata must be an object"));
+    };
+    if meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err(Status::bad_request(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let name = match meta
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        Some(n) => n.to_string(),
+        None => match meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            Some(p) => generated_name(p),
+            None => {
+                return Err(Status::invalid(
+                    def.group,
+                    def.kind,
+                    "",
+                    "metadata.name: Required value: name or generateName is required",
+                ))
+            }
+        },
+    };
+    validate_name(def, &name)?;
+    let ns = if def.namespaced {
+        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if !body_ns.is_empty() && !info.namespace.is_empty() && body_ns != info.namespace {
+            return Err(Status::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+        }
+        let ns = if info.namespace.is_empty() {
+            body_ns
+        } else {
+            &info.namespace
+        };
+        if ns.is_empty() {
+            return Err(Status::bad_request(
+                "the namespace of the object is required",
+            ));
+        }
+        ns.to_string()
+    } else {
+        String::new()
+    };
+    check_namespace(api, def, &ns)?;
+    meta.insert("name".into(), name.clone().into());
+    if def.namespaced {
+        meta.insert("namespace".into(), ns.clone().into());
+    } else {
+        meta.remove("namespace");
+    }
+    meta.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
+    meta.insert(
+        "creationTimestamp".into(),
+        clock::rfc3339(clock::now_unix()).into(),
+    );
+    meta.insert("generation".into(), 1.into());
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    if def.name == "namespaces" {
+        let labels = meta.entry("labels").or_insert_with(|| json!({}));
+        if let Some(l) = labels.as_object_mut() {
+            l.insert("kubernetes.io/metadata.name".into(), name.clone().into());
+        }
+    }
+    let mut v = Value::Object(obj);
+    v["apiVersion"] = def.api_version().into();
+    v["kind"] = def.kind.into();
+    apply_defaults(def, &mut v);
+    if dry_run {
+        return Ok(Arc::new(Obj::new(def, v, api.store.revision())));
+    }
+    let k = key(&ns, &name);
+    api.store
+        .write(
+            resources::index_of(def),
+            &k,
+            Some(0),
+            Write::Put(v),
+            |v, rv| Obj::new(def, v, rv),
+        )
+        .map(|e| e.cur.clone())
+        .map_err(|e| store_status(e, def, &name))
+}
+
+fn apply_defaults(def: &ResourceDef, v: &mut Value) {
+    match def.name {
+        "pods" => {
+            if v["status"]["phase"].is_null() {
+                v["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+            }
+            if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.entry("restartPolicy").or_insert("Always".into());
+                spec.entry("terminationGracePeriodSeconds")
+                    .or_insert(30.into());
+                spec.entry("schedulerName")
+                    .or_insert("default-scheduler".into());
+                spec.entry("dnsPolicy").or_insert("ClusterFirst".into());
+            }
+        }
+        "namespaces" => {
+            v["spec"] = json!({"finalizers": ["kubernetes"]});
+            v["status"] = json!({"phase": "Active"});
+        }
+        _ => {}
+    }
+}
+
+/// Builds the stored form of an update from the current object and what the client sent.
+fn merge_update(
+    def: &ResourceDef,
+    cur: &Value,
+    mut new: Value,
+    subresource: &str,
+) -> Result<Value, Status> {
+    let name = meta_str(cur, "name").unwrap_or("");
+    if let Some(n) = meta_str(&new, "name") {
+        if n != name {
+            return Err(Status::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+    }
+    if subresource == "status" {
+        let mut out = cur.clone();
+        out["status"] = new.get("status").cloned().unwrap_or(Value::Null);
+        if let (Some(om), Some(nm)) = (out["metadata"].as_object_mut(), new["metadata"].as_object())
+        {
+            // Status updates may still carry label and annotation changes the kubelet makes.
+            for k in ["labels", "annotations"] {
+                if let Some(x) = nm.get(k) {
+                    om.insert(k.into(), x.clone());
+                }
+            }
+        }
+        return Ok(out);
+    }
+    if !new.is_object() {
+        return Err(Status::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    }
+    if def.subresources.contains(&"status") {
+        new["status"] = cur.get("status").cloned().unwrap_or(Value::Null);
+        if new["status"].is_null() {
+            if let Some(m) = new.as_object_mut() {
+                m.remove("status");
+            }
+        }
+    }
+    let keep = [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ];
+    let nm = new.get_mut("metadata").and_then(Value::as_object_mut);
+    let Some(nm) = nm else {
+        return Err(Status::bad_request("metadata must be an object"));
+    };
+    for k in keep {
+        match cur["metadata"].get(k) {
+            Some(x) => nm.insert(k.into(), x.clone()),
+            None => nm.remove(k),
+        };
+    }
+    if cur.get("spec") != new.get("spec") {
+        let g = cur["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
+        new["metadata"]["generation"] = g.into();
+    }
+    new["apiVersion"] = def.api_version().into();
+    new["kind"] = def.kind.into();
+    Ok(new)
+}
+
+/// Where an update's new state comes from.
+pub enum Change<'a> {
+    Replace(&'a [u8]),
+    Patch(PatchType, &'a [u8]),
+}
+
+/// PUT or PATCH, retried against concurrent writers unless the client pinned a resourceVersion.
+pub fn update(
+    api: &Api,
+    def: &'static ResourceDef,
+    info: &RequestInfo,
+    change: Change,
+    dry_run: bool,
+) -> Result<Arc<Obj>, Status> {
+    let idx = resources::index_of(def);
+    let k = key(&info.namespace, &info.name);
+    for _ in 0..UPDATE_RETRIES {
+        let Some(cur) = api.store.get(idx, &k) else {
+            return Err(Status::not_found(def.group, def.name, &info.name));
+        };
+        let cur_v = cur.value();
+        let new = match &change {
+            Change::Replace(body) => {
+                let obj = parse_object(body)?;
+                check_kind(def, &obj)?;
+                Value::Object(obj)
+            }
+            Change::Patch(kind, body) => {
+                let mut doc = cur_v.clone();
+                patch::apply(*kind, &mut doc, body).map_err(|e| match e {
+                    PatchError::Malformed(m) => Status::bad_request(m),
+                    PatchError::Failed(m) => Status::invalid(def.group, def.kind, &info.name, m),
+                })?;
+                doc
+            }
+        };
+        let pinned = match meta_str(&new, "resourceVersion") {
+            Some(s) => Some(
+                s.parse::<u64>()
+                    .map_err(|_| Status::bad_request(format!("invalid resourceVersion {s:?}")))?,
+            ),
+            None => None,
+        };
+        if pinned.is_some_and(|p| p != cur.rv) {
+            return Err(Status::conflict(def.group, def.name, &info.name));
+        }
+        let mut merged = merge_update(def, &cur_v, new, &info.subresource)?;
+        if dry_run {
+            return Ok(Arc::new(Obj::new(def, merged, cur.rv)));
+        }
+        // A deleting object whose last finalizer is gone is removed (pods wait for their kubelet).
+        let finalized = cur.deleting
+            && merged["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(|a| a.is_empty())
+            && !(def.name == "pods"
+                && !merged["spec"]["nodeName"].as_str().unwrap_or("").is_empty()
+                && grace_pending(&merged));
+        let write = if finalized {
+            Write::Delete
+        } else {
+            if let Some(m) = merged["metadata"].as_object_mut() {
+                m.remove("resourceVersion");
+            }
+            Write::Put(merged.take())
+        };
+        match api
+            .store
+            .write(idx, &k, Some(cur.rv), write, |v, rv| Obj::new(def, v, rv))
+        {
+            Ok(e) => return Ok(e.cur.clone()),
+            Err(StoreError::Conflict) if pinned.is_none() => continue,
+            Err(e) => return Err(store_status(e, def, &info.name)),
+        }
+    }
+    Err(Status::conflict(def.group, def.name, &info.name))
+}
+
+fn grace_pending(v: &Value) -> bool {
+    v["metadata"]["deletionTimestamp"]
+        .as_str()
+        .and_then(clock::parse_rfc3339)
+        .is_some_and(|t| t > clock::now_unix())
+}
+
+/// What a DELETE may carry, from the query and the body.
+#[derive(Debug, Default, Clone)]
+pub struct DeleteOptions {
+    pub grace_period: Option<i64>,
+    pub uid: Option<String>,
+    pub resource_version: Option<u64>,
+}
+
+impl DeleteOptions {
+    pub fn parse(query: Option<&str>, body: &[u8]) -> Result<DeleteOptions, Status> {
+        let mut o = DeleteOptions::default();
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            let v = parse_object(body)?;
+            o.grace_period = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+            let pre = v.get("preconditions");
+            o.uid = pre
+                .and_then(|p| p.get("uid"))
+                .and_then(Value::as_str)
+                .map(String::from);
+            o.resource_version = pre
+                .and_then(|p| p.get("resourceVersion"))
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok());
+        }
+        for (k, v) in apimodel::request::query_pairs(query.unwrap_or("")) {
+            if k == "gracePeriodSeconds" {
+                o.grace_period = Some(v.parse().map_err(|_| {
+                    Status::bad_request(format!("invalid gracePeriodSeconds {v:?}"))
+                })?);
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// DELETE of one object: graceful for pods on a node, deferred by finalizers, else at once.
+pub fn delete(
+    api: &Api,
+    def: &'static ResourceDef,
+    ns: &str,
+    name: &str,
+    opts: &DeleteOptions,
+    dry_run: bool,
+) -> Result<Arc<Obj>, Status> {
+    let idx = resources::index_of(def);
+    let k = key(ns, name);
+    let Some(cur) = api.store.get(idx, &k) else {
+        return Err(Status::not_found(def.group, def.name, name));
+    };
+    if let Some(uid) = &opts.uid {
+        if *uid != cur.uid {
+            return Err(Status::failure(
+                409,
+                "Conflict",
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    cur.uid
+                ),
+            ));
+        }
+    }
+    if let Some(rv) = opts.resource_version {
+        if rv != cur.rv {
+            return Err(Status::failure(409, "Conflict", format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", cur.rv)));
+        }
+    }
+    if dry_run {
+        return Ok(cur);
+    }
+    if def.name == "namespaces" {
+        if super::seed::SYSTEM_NAMESPACES.contains(&name) {
+            return Err(Status::failure(
+                403,
+                "Forbidden",
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+            ));
+        }
+        return start_namespace_termination(api, def, cur);
+    }
+    let v = cur.value();
+    let on_node = def.name == "pods" && !v["spec"]["nodeName"].as_str().unwrap_or("").is_empty();
+    let grace = opts.grace_period.unwrap_or_else(|| {
+        v["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(30)
+    });
+    let finalizers = cur.has_finalizers;
+    if (on_node && grace > 0) || finalizers {
+        let mut marked = v;
+        let now = clock::now_unix();
+        let grace = if on_node { grace } else { 0 };
+        let new_deadline = now + grace;
+        let old_deadline = marked["metadata"]["deletionTimestamp"]
+            .as_str()
+            .and_then(clock::parse_rfc3339);
+        if old_deadline.is_some_and(|d| d <= new_deadline) {
+            return Ok(cur);
+        }
+        marked["metadata"]["deletionTimestamp"] = clock::rfc3339(new_deadline).into();
+        marked["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+        let e = api
+            .store
+            .write(idx, &k, Some(cur.rv), Write::Put(marked), |v, rv| {
+                Obj::new(def, v, rv)
+            })
+            .map_err(|e| store_status(e, def, name))?;
+        if on_node {
+            let delay = api
+                .config
+                .kubelet_delete_delay
+                .min(std::time::Duration::from_secs(grace as u64));
+            api.reaper.schedule(delay, idx, k, cur.uid.clone());
+        }
+        return Ok(e.cur.clone());
+    }
+    api.store
+        .write(idx, &k, None, Write::Delete, |v, rv| Obj::new(def, v, rv))
+        .map(|e: Arc<Event>| e.cur.clone())
+        .map_err(|e| store_status(e, def, name))
+}
+
+fn start_namespace_termination(
+    api: &Api,
+    def: &'static ResourceDef,
+    cur: Arc<Obj>,
+) -> Result<Arc<Obj>, Status> {
+    let idx = resources::index_of(def);
+    let mut v = cur.value();
+    v["metadata"]["deletionTimestamp"] = clock::rfc3339(clock::now_unix()).into();
+    v["status"]["phase"] = "Terminating".into();
+    let e = api
+        .store
+        .write(idx, &cur.key(), Some(cur.rv), Write::Put(v), |v, rv| {
+            Obj::new(def, v, rv)
+        })
+        .map_err(|e| store_status(e, def, &cur.name))?;
+    api.reaper.finish_namespace(cur.name.clone());
+    Ok(e.cur.clone())
+}
