@@ -45,7 +45,9 @@ impl ConsistencyClass {
         match o.resource_version.as_deref() {
             None => ConsistencyClass::Consistent,
             Some("0") => ConsistencyClass::Cache,
-            Some(_) if o.resource_version_match.as_deref() == Some("NotOlderThan") => ConsistencyClass::Cache,
+            Some(_) if o.resource_version_match.as_deref() == Some("NotOlderThan") => {
+                ConsistencyClass::Cache
+            }
             Some(_) if o.limit.is_some() => ConsistencyClass::Exact,
             Some(_) => ConsistencyClass::Cache,
         }
@@ -55,7 +57,10 @@ impl ConsistencyClass {
     pub fn of(info: &RequestInfo) -> Option<ConsistencyClass> {
         match info.verb {
             Verb::List => Some(Self::of_list(&info.options)),
-            Verb::Watch if info.options.resource_version.is_none() && info.options.send_initial_events != Some(true) => {
+            Verb::Watch
+                if info.options.resource_version.is_none()
+                    && info.options.send_initial_events != Some(true) =>
+            {
                 Some(ConsistencyClass::Consistent)
             }
             Verb::Watch => Some(ConsistencyClass::Cache),
@@ -96,13 +101,22 @@ mod tests {
             ("/api/v1/pods?resourceVersion=0&limit=500", Some(Cache)),
             ("/api/v1/pods?resourceVersion=42", Some(Cache)),
             ("/api/v1/pods?resourceVersion=42&limit=500", Some(Exact)),
-            ("/api/v1/pods?resourceVersion=42&resourceVersionMatch=NotOlderThan&limit=5", Some(Cache)),
-            ("/api/v1/pods?resourceVersion=42&resourceVersionMatch=Exact", Some(Exact)),
+            (
+                "/api/v1/pods?resourceVersion=42&resourceVersionMatch=NotOlderThan&limit=5",
+                Some(Cache),
+            ),
+            (
+                "/api/v1/pods?resourceVersion=42&resourceVersionMatch=Exact",
+                Some(Exact),
+            ),
             ("/api/v1/pods?limit=500&continue=tok", Some(Exact)),
             ("/api/v1/pods?limit=500", Some(Consistent)),
             ("/api/v1/pods?watch=1", Some(Consistent)),
             ("/api/v1/pods?watch=1&resourceVersion=0", Some(Cache)),
-            ("/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", Some(Cache)),
+            (
+                "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+                Some(Cache),
+            ),
             ("/api/v1/pods?watch=1&resourceVersion=77", Some(Cache)),
             ("/api/v1/namespaces/a/pods/b", None),
         ];
@@ -113,7 +127,11 @@ mod tests {
 
     #[test]
     fn full_state_watches() {
-        let w = |q: &str| watch_starts_with_full_state(&RequestInfo::parse("GET", "/api/v1/pods", Some(q)).unwrap());
+        let w = |q: &str| {
+            watch_starts_with_full_state(
+                &RequestInfo::parse("GET", "/api/v1/pods", Some(q)).unwrap(),
+            )
+        };
         assert!(w("watch=1"));
         assert!(w("watch=1&resourceVersion=0"));
         assert!(w("watch=1&resourceVersion=9&sendInitialEvents=true"));

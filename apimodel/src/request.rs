@@ -45,7 +45,10 @@ impl Verb {
 
     /// Writes count against the apiserver's mutating in-flight limit.
     pub fn is_mutating(self) -> bool {
-        matches!(self, Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection)
+        matches!(
+            self,
+            Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection
+        )
     }
 }
 
@@ -59,7 +62,11 @@ impl fmt::Display for Verb {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     #[error("invalid value {value:?} for query parameter {param:?}: {reason}")]
-    Query { param: &'static str, value: String, reason: &'static str },
+    Query {
+        param: &'static str,
+        value: String,
+        reason: &'static str,
+    },
     #[error("the path is not valid UTF-8 once decoded: {0:?}")]
     Encoding(String),
     #[error("unsupported HTTP method {0:?}")]
@@ -112,7 +119,11 @@ impl RequestInfo {
             .decode_utf8()
             .map_err(|_| ParseError::Encoding(path.to_string()))?
             .into_owned();
-        let parts: Vec<&str> = decoded.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+        let parts: Vec<&str> = decoded
+            .trim_matches('/')
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .collect();
         let mut info = RequestInfo {
             verb: Verb::NonResource,
             path: decoded.clone(),
@@ -242,13 +253,20 @@ fn parse_bool(param: &'static str, v: &str) -> Result<bool, ParseError> {
     match v {
         "" | "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(ParseError::Query { param, value: v.to_string(), reason: "not a boolean" }),
+        _ => Err(ParseError::Query {
+            param,
+            value: v.to_string(),
+            reason: "not a boolean",
+        }),
     }
 }
 
 fn parse_u64(param: &'static str, v: &str) -> Result<u64, ParseError> {
-    v.parse::<u64>()
-        .map_err(|_| ParseError::Query { param, value: v.to_string(), reason: "not a non-negative integer" })
+    v.parse::<u64>().map_err(|_| ParseError::Query {
+        param,
+        value: v.to_string(),
+        reason: "not a non-negative integer",
+    })
 }
 
 fn non_empty(v: String) -> Option<String> {
@@ -266,8 +284,12 @@ fn parse_query(query: &str) -> Result<ListOptions, ParseError> {
             "continue" => o.continue_token = non_empty(v),
             "labelSelector" => o.label_selector = non_empty(v),
             "fieldSelector" => o.field_selector = non_empty(v),
-            "sendInitialEvents" => o.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?),
-            "allowWatchBookmarks" => o.allow_watch_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
+            "sendInitialEvents" => {
+                o.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?)
+            }
+            "allowWatchBookmarks" => {
+                o.allow_watch_bookmarks = parse_bool("allowWatchBookmarks", &v)?
+            }
             "timeoutSeconds" => o.timeout_seconds = Some(parse_u64("timeoutSeconds", &v)?),
             "follow" => o.follow = parse_bool("follow", &v)?,
             _ => {}

@@ -66,7 +66,9 @@ impl LabelRequirement {
         let v = labels.label(&self.key);
         match self.op {
             LabelOp::Equals | LabelOp::In => v.is_some_and(|v| self.values.iter().any(|x| x == v)),
-            LabelOp::NotEquals | LabelOp::NotIn => !v.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            LabelOp::NotEquals | LabelOp::NotIn => {
+                !v.is_some_and(|v| self.values.iter().any(|x| x == v))
+            }
             LabelOp::Exists => v.is_some(),
             LabelOp::DoesNotExist => v.is_none(),
             LabelOp::GreaterThan | LabelOp::LessThan => {
@@ -181,7 +183,11 @@ impl LabelParser<'_> {
             self.skip_ws();
             let key = self.word().to_string();
             validate_key(&key).map_err(|e| self.err(&e))?;
-            return Ok(LabelRequirement { key, op: LabelOp::DoesNotExist, values: vec![] });
+            return Ok(LabelRequirement {
+                key,
+                op: LabelOp::DoesNotExist,
+                values: vec![],
+            });
         }
         let key = self.word().to_string();
         if key.is_empty() {
@@ -190,7 +196,11 @@ impl LabelParser<'_> {
         validate_key(&key).map_err(|e| self.err(&e))?;
         self.skip_ws();
         let op = if self.pos == self.s.len() || self.peek() == Some(',') {
-            return Ok(LabelRequirement { key, op: LabelOp::Exists, values: vec![] });
+            return Ok(LabelRequirement {
+                key,
+                op: LabelOp::Exists,
+                values: vec![],
+            });
         } else if self.eat("==") || self.eat("=") {
             LabelOp::Equals
         } else if self.eat("!=") {
@@ -203,7 +213,9 @@ impl LabelParser<'_> {
             match self.word() {
                 "in" => LabelOp::In,
                 "notin" => LabelOp::NotIn,
-                _ => return Err(self.err("expected one of '=', '==', '!=', 'in', 'notin', '>', '<'")),
+                _ => {
+                    return Err(self.err("expected one of '=', '==', '!=', 'in', 'notin', '>', '<'"))
+                }
             }
         };
         self.skip_ws();
@@ -212,7 +224,9 @@ impl LabelParser<'_> {
         } else {
             let v = self.word().to_string();
             if matches!(op, LabelOp::GreaterThan | LabelOp::LessThan) && v.parse::<i64>().is_err() {
-                return Err(self.err(&format!("for 'Gt', 'Lt' operators, the value must be an integer, got {v:?}")));
+                return Err(self.err(&format!(
+                    "for 'Gt', 'Lt' operators, the value must be an integer, got {v:?}"
+                )));
             }
             validate_value(&v).map_err(|e| self.err(&e))?;
             vec![v]
@@ -256,7 +270,8 @@ fn validate_name(n: &str) -> Result<(), String> {
     if n.is_empty() || n.len() > 63 {
         return Err(format!("name part must be 1-63 characters: {n:?}"));
     }
-    let ok_ends = n.starts_with(|c: char| c.is_ascii_alphanumeric()) && n.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let ok_ends = n.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && n.ends_with(|c: char| c.is_ascii_alphanumeric());
     if !ok_ends || !n.chars().all(is_name_char) {
         return Err(format!(
             "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character: {n:?}"
@@ -272,12 +287,15 @@ fn validate_key(k: &str) -> Result<(), String> {
                 && prefix.len() <= 253
                 && prefix.split('.').all(|l| {
                     !l.is_empty()
-                        && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                        && l.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                         && !l.starts_with('-')
                         && !l.ends_with('-')
                 });
             if !dns_ok {
-                return Err(format!("prefix part must be a lowercase DNS subdomain: {prefix:?}"));
+                return Err(format!(
+                    "prefix part must be a lowercase DNS subdomain: {prefix:?}"
+                ));
             }
             validate_name(name)
         }
@@ -329,13 +347,21 @@ impl FieldSelector {
             } else if let Some(i) = find_unescaped(&term, "=") {
                 (&term[..i], FieldOp::Equals, &term[i + 1..])
             } else {
-                return Err(SelectorError::Field(format!("invalid selector: '{term}'; can't understand '{term}'")));
+                return Err(SelectorError::Field(format!(
+                    "invalid selector: '{term}'; can't understand '{term}'"
+                )));
             };
             let field = field.trim();
             if field.is_empty() {
-                return Err(SelectorError::Field(format!("invalid selector: '{term}': empty field name")));
+                return Err(SelectorError::Field(format!(
+                    "invalid selector: '{term}': empty field name"
+                )));
             }
-            requirements.push(FieldRequirement { field: unescape(field)?, op, value: unescape(value)? });
+            requirements.push(FieldRequirement {
+                field: unescape(field)?,
+                op,
+                value: unescape(value)?,
+            });
         }
         Ok(FieldSelector { requirements })
     }
@@ -366,7 +392,13 @@ impl FieldSelector {
         let mut v: Vec<String> = self
             .requirements
             .iter()
-            .map(|r| format!("{}{}", r.field, if r.op == FieldOp::Equals { "=" } else { "!=" }))
+            .map(|r| {
+                format!(
+                    "{}{}",
+                    r.field,
+                    if r.op == FieldOp::Equals { "=" } else { "!=" }
+                )
+            })
             .collect();
         v.sort();
         v.dedup();
@@ -383,7 +415,11 @@ fn split_unescaped(s: &str, sep: char) -> Result<Vec<String>, SelectorError> {
             cur.push(c);
             match chars.next() {
                 Some(n) => cur.push(n),
-                None => return Err(SelectorError::Field(format!("invalid selector: '{s}': trailing backslash"))),
+                None => {
+                    return Err(SelectorError::Field(format!(
+                        "invalid selector: '{s}': trailing backslash"
+                    )))
+                }
             }
         } else if c == sep {
             out.push(std::mem::take(&mut cur));
@@ -419,8 +455,16 @@ fn unescape(s: &str) -> Result<String, SelectorError> {
         }
         match chars.next() {
             Some(n @ ('\\' | ',' | '=')) => out.push(n),
-            Some(n) => return Err(SelectorError::Field(format!("invalid field selector: invalid escape sequence: \\{n}"))),
-            None => return Err(SelectorError::Field("invalid field selector: trailing backslash".into())),
+            Some(n) => {
+                return Err(SelectorError::Field(format!(
+                    "invalid field selector: invalid escape sequence: \\{n}"
+                )))
+            }
+            None => {
+                return Err(SelectorError::Field(
+                    "invalid field selector: trailing backslash".into(),
+                ))
+            }
         }
     }
     Ok(out)
@@ -432,14 +476,22 @@ impl fmt::Display for LabelSelector {
             .requirements
             .iter()
             .map(|r| match r.op {
-                LabelOp::Equals => format!("{}={}", r.key, r.values.first().map_or("", String::as_str)),
-                LabelOp::NotEquals => format!("{}!={}", r.key, r.values.first().map_or("", String::as_str)),
+                LabelOp::Equals => {
+                    format!("{}={}", r.key, r.values.first().map_or("", String::as_str))
+                }
+                LabelOp::NotEquals => {
+                    format!("{}!={}", r.key, r.values.first().map_or("", String::as_str))
+                }
                 LabelOp::In => format!("{} in ({})", r.key, r.values.join(",")),
                 LabelOp::NotIn => format!("{} notin ({})", r.key, r.values.join(",")),
                 LabelOp::Exists => r.key.clone(),
                 LabelOp::DoesNotExist => format!("!{}", r.key),
-                LabelOp::GreaterThan => format!("{}>{}", r.key, r.values.first().map_or("", String::as_str)),
-                LabelOp::LessThan => format!("{}<{}", r.key, r.values.first().map_or("", String::as_str)),
+                LabelOp::GreaterThan => {
+                    format!("{}>{}", r.key, r.values.first().map_or("", String::as_str))
+                }
+                LabelOp::LessThan => {
+                    format!("{}<{}", r.key, r.values.first().map_or("", String::as_str))
+                }
             })
             .collect();
         f.write_str(&parts.join(","))

@@ -87,14 +87,22 @@ impl Status {
 
     /// 404 for a path that names no resource the server serves.
     pub fn path_not_found(path: &str) -> Self {
-        Status::failure(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Status::failure(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     /// 409 AlreadyExists on create.
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         let qualified = qualified(group, resource);
-        Status::failure(409, "AlreadyExists", format!("{qualified} \"{name}\" already exists"))
-            .with_details(group, resource, name)
+        Status::failure(
+            409,
+            "AlreadyExists",
+            format!("{qualified} \"{name}\" already exists"),
+        )
+        .with_details(group, resource, name)
     }
 
     /// 409 Conflict on a write with a stale resourceVersion.

@@ -2,12 +2,20 @@ use super::*;
 use proptest::prelude::*;
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[test]
 fn label_selector_table() {
-    let l = labels(&[("app", "web"), ("tier", "front"), ("n", "5"), ("example.com/team", "a")]);
+    let l = labels(&[
+        ("app", "web"),
+        ("tier", "front"),
+        ("n", "5"),
+        ("example.com/team", "a"),
+    ]);
     let cases: &[(&str, bool)] = &[
         ("", true),
         ("app=web", true),
@@ -39,13 +47,28 @@ fn label_selector_table() {
 
 #[test]
 fn label_selector_errors() {
-    for bad in ["app=", "=web", "app in web", "app in ()", "app==", "app=web,", "a b", "app>x", "-app=x", "Bad_/x=y", "app=(x"] {
+    for bad in [
+        "app=",
+        "=web",
+        "app in web",
+        "app in ()",
+        "app==",
+        "app=web,",
+        "a b",
+        "app>x",
+        "-app=x",
+        "Bad_/x=y",
+        "app=(x",
+    ] {
         if bad == "app=" || bad == "app==" {
             // An empty value is legal: `app=` selects labels whose value is "".
             assert!(LabelSelector::parse(bad).is_ok(), "{bad}");
             continue;
         }
-        assert!(LabelSelector::parse(bad).is_err(), "{bad:?} should be refused");
+        assert!(
+            LabelSelector::parse(bad).is_err(),
+            "{bad:?} should be refused"
+        );
     }
 }
 
@@ -87,7 +110,10 @@ fn field_selector_errors_and_shape() {
         assert!(FieldSelector::parse(bad).is_err(), "{bad:?}");
     }
     let s = FieldSelector::parse("status.phase!=Failed,spec.nodeName=n7").unwrap();
-    assert_eq!(s.shape(), vec!["spec.nodeName=".to_string(), "status.phase!=".to_string()]);
+    assert_eq!(
+        s.shape(),
+        vec!["spec.nodeName=".to_string(), "status.phase!=".to_string()]
+    );
     assert_eq!(s.exact("spec.nodeName"), Some("n7"));
     assert_eq!(s.exact("status.phase"), None);
 }

@@ -57,7 +57,7 @@ pub struct Peer {
     pub certs: Option<Vec<CertificateDer<'static>>>,
 }
 
-fn header_str<'a>(req: &'a Request<Incoming>, h: header::HeaderName) -> Option<&'a str> {
+fn header_str(req: &Request<Incoming>, h: header::HeaderName) -> Option<&str> {
     req.headers().get(h).and_then(|v| v.to_str().ok())
 }
 
@@ -174,7 +174,7 @@ impl Api {
         guard: Option<InflightGuard>,
         started: Instant,
     ) -> Response<Body> {
-        let result = list::plan(def, &info.options).and_then(|plan| {
+        let result = list::plan(def, &info.namespace, &info.options).and_then(|plan| {
             let (rv, map) = list::snapshot(&self.store, resources::index_of(def), &plan)?;
             Ok((plan, rv, map))
         });
@@ -228,7 +228,7 @@ impl Api {
         encoding: Encoding,
         started: Instant,
     ) -> Response<Body> {
-        let plan = match watch::plan(def, &info.options) {
+        let plan = match watch::plan(def, &info.namespace, &info.options) {
             Ok(p) => p,
             Err(s) => {
                 self.count(info, def, s.code, started);

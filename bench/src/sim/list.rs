@@ -21,6 +21,8 @@ const CHUNK: usize = 64 * 1024;
 pub struct Filter {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
+    /// The namespace of the request path (`/api/v1/namespaces/NS/pods`); empty: all namespaces.
+    pub namespace: String,
 }
 
 impl Filter {
@@ -38,15 +40,27 @@ impl Filter {
                 )));
             }
         }
-        Ok(Filter { labels, fields })
+        Ok(Filter {
+            labels,
+            fields,
+            namespace: String::new(),
+        })
+    }
+
+    /// Restricts the filter to the objects of `namespace` (empty: all namespaces).
+    pub fn in_namespace(mut self, namespace: &str) -> Self {
+        self.namespace = namespace.to_string();
+        self
     }
 
     pub fn is_empty(&self) -> bool {
-        self.labels.is_empty() && self.fields.is_empty()
+        self.labels.is_empty() && self.fields.is_empty() && self.namespace.is_empty()
     }
 
     pub fn matches(&self, def: &ResourceDef, o: &Obj) -> bool {
-        self.labels.matches(&o.labels) && self.fields.matches(&|f| o.field(def, f))
+        (self.namespace.is_empty() || o.namespace == self.namespace)
+            && self.labels.matches(&o.labels)
+            && self.fields.matches(&|f| o.field(def, f))
     }
 }
 
@@ -85,8 +99,8 @@ fn parse_rv(v: &str) -> Result<u64, Status> {
 }
 
 /// Validates the options as the apiserver does and decides what to read.
-pub fn plan(def: &ResourceDef, o: &ListOptions) -> Result<ListPlan, Status> {
-    let filter = Filter::parse(def, o)?;
+pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<ListPlan, Status> {
+    let filter = Filter::parse(def, o)?.in_namespace(namespace);
     let rv = o.resource_version.as_deref().map(parse_rv).transpose()?;
     let m = o.resource_version_match.as_deref();
     if m.is_some() && rv.is_none() {

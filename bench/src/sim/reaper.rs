@@ -61,7 +61,7 @@ impl Reaper {
             let next = {
                 let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
                 match jobs.first_key_value().map(|(k, _)| *k) {
-                    Some(k) if k.0 <= Instant::now() => jobs.remove(&k).map(|j| Ok(j)),
+                    Some(k) if k.0 <= Instant::now() => jobs.remove(&k).map(Ok),
                     Some(k) => Some(Err(k.0)),
                     None => None,
                 }

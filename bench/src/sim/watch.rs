@@ -47,8 +47,8 @@ fn forbidden(msg: &str) -> Status {
 }
 
 /// Validates a WATCH's options as the apiserver does.
-pub fn plan(def: &ResourceDef, o: &ListOptions) -> Result<WatchPlan, Status> {
-    let filter = Filter::parse(def, o)?;
+pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<WatchPlan, Status> {
+    let filter = Filter::parse(def, o)?.in_namespace(namespace);
     let rv = match o.resource_version.as_deref() {
         None => None,
         Some(v) => Some(

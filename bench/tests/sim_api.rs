@@ -1,0 +1,498 @@
+//! The simulated apiserver's API semantics over loopback HTTP: paging across
+//! writes, watches that deliver every change once and in order, conflicts,
+//! max-in-flight 429s, 410s past the history window, patches and bad input.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+mod common;
+
+use common::{rv, sim, Http};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+fn pod(name: &str, node: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "labels": labels},
+           "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}})
+}
+
+async fn create_pods(c: &Http, n: usize, prefix: &str) -> Vec<u64> {
+    let mut rvs = Vec::new();
+    for i in 0..n {
+        let r = c
+            .post(
+                "/api/v1/namespaces/default/pods",
+                &pod(
+                    &format!("{prefix}-{i}"),
+                    "node-1",
+                    json!({"i": i.to_string()}),
+                ),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        rvs.push(rv(&r.json()));
+    }
+    rvs
+}
+
+#[tokio::test]
+async fn paging_across_writes_returns_the_first_pages_revision() {
+    let s = sim(&["--nodes", "2"]).await;
+    let c = Http::new(&s.url);
+    create_pods(&c, 25, "p").await;
+    let first = c
+        .get("/api/v1/namespaces/default/pods?limit=10")
+        .await
+        .json();
+    let at = rv(&first);
+    let mut names: Vec<String> = first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 10);
+    // Writes between pages: a new pod, a deleted one not yet listed, a changed one.
+    create_pods(&c, 1, "zz-late").await;
+    assert_eq!(
+        c.delete("/api/v1/namespaces/default/pods/p-9?gracePeriodSeconds=0")
+            .await
+            .status,
+        200
+    );
+    let changed = c
+        .patch(
+            "/api/v1/namespaces/default/pods/p-8",
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"x": "y"}}}),
+        )
+        .await;
+    assert_eq!(changed.status, 200);
+    let mut token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    loop {
+        let page = c
+            .get(&format!(
+                "/api/v1/namespaces/default/pods?limit=10&continue={}",
+                urlencode(&token)
+            ))
+            .await;
+        assert_eq!(page.status, 200, "{}", String::from_utf8_lossy(&page.body));
+        let page = page.json();
+        assert_eq!(
+            rv(&page),
+            at,
+            "every page is served at the first page's revision"
+        );
+        for p in page["items"].as_array().unwrap() {
+            names.push(p["metadata"]["name"].as_str().unwrap().to_string());
+            assert!(
+                rv(p) <= at,
+                "an object newer than the list's revision leaked in"
+            );
+            assert!(p["metadata"]["labels"].get("x").is_none());
+        }
+        match page["metadata"]["continue"].as_str() {
+            Some(t) => token = t.to_string(),
+            None => break,
+        }
+    }
+    let unique: BTreeSet<_> = names.iter().cloned().collect();
+    assert_eq!(unique.len(), names.len(), "no duplicates across pages");
+    assert_eq!(
+        names.len(),
+        25,
+        "exactly the 25 pods that existed at the first page"
+    );
+    assert!(unique.contains("p-9") && !unique.contains("zz-late-0"));
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn watch_from_a_revision_delivers_every_change_once_in_order() {
+    let s = sim(&["--nodes", "2"]).await;
+    let c = Http::new(&s.url);
+    let base = rv(&c.get("/api/v1/namespaces/default/pods").await.json());
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/namespaces/default/pods?watch=1&resourceVersion={base}"
+        ))
+        .await;
+    // Writes race the watcher: creates, patches and deletes from three tasks.
+    let writers: Vec<_> = (0..3)
+        .map(|t| {
+            let c = Http::new(&s.url);
+            tokio::spawn(async move {
+                let mut rvs = create_pods(&c, 20, &format!("w{t}")).await;
+                for i in 0..20 {
+                    let r = c
+                        .patch(
+                            &format!("/api/v1/namespaces/default/pods/w{t}-{i}"),
+                            "application/strategic-merge-patch+json",
+                            &json!({"metadata": {"labels": {"round": "2"}}}),
+                        )
+                        .await;
+                    rvs.push(rv(&r.json()));
+                }
+                for i in 0..10 {
+                    let r = c
+                        .delete(&format!(
+                            "/api/v1/namespaces/default/pods/w{t}-{i}?gracePeriodSeconds=0"
+                        ))
+                        .await;
+                    assert_eq!(r.status, 200);
+                }
+                rvs
+            })
+        })
+        .collect();
+    let mut written = BTreeSet::new();
+    for w in writers {
+        written.extend(w.await.unwrap());
+    }
+    let mut seen = Vec::new();
+    let mut deleted = 0;
+    while seen.len() < written.len() + 30 {
+        let e = w
+            .next(Duration::from_secs(10))
+            .await
+            .expect("an event for every write");
+        let kind = e["type"].as_str().unwrap().to_string();
+        if kind == "DELETED" {
+            deleted += 1;
+        }
+        seen.push(rv(&e["object"]));
+    }
+    assert_eq!(deleted, 30);
+    assert!(
+        seen.windows(2).all(|p| p[0] < p[1]),
+        "events strictly in revision order"
+    );
+    assert!(seen.iter().all(|r| *r > base));
+    assert!(
+        written.iter().all(|r| seen.contains(r)),
+        "every write's revision was delivered"
+    );
+    assert!(
+        w.next(Duration::from_millis(300)).await.is_none(),
+        "nothing extra"
+    );
+}
+
+#[tokio::test]
+async fn filtered_watch_sees_objects_enter_and_leave_the_selection() {
+    let s = sim(&[]).await;
+    let c = Http::new(&s.url);
+    create_pods(&c, 1, "f").await;
+    let mut w = c.watch("/api/v1/namespaces/default/pods?watch=1&labelSelector=team%3Dblue&allowWatchBookmarks=true").await;
+    let set = |v: &str| json!({"metadata": {"labels": {"team": v}}});
+    c.patch(
+        "/api/v1/namespaces/default/pods/f-0",
+        "application/merge-patch+json",
+        &set("blue"),
+    )
+    .await;
+    c.patch(
+        "/api/v1/namespaces/default/pods/f-0",
+        "application/merge-patch+json",
+        &json!({"metadata": {"annotations": {"a": "b"}}}),
+    )
+    .await;
+    c.patch(
+        "/api/v1/namespaces/default/pods/f-0",
+        "application/merge-patch+json",
+        &set("red"),
+    )
+    .await;
+    let kinds: Vec<String> = [0, 1, 2].iter().map(|_| String::new()).collect();
+    let mut got = Vec::new();
+    for _ in kinds {
+        got.push(
+            w.next(Duration::from_secs(5)).await.unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(got, ["ADDED", "MODIFIED", "DELETED"]);
+}
+
+#[tokio::test]
+async fn streaming_list_sends_state_then_the_initial_events_end_bookmark() {
+    let s = sim(&["--nodes", "3"]).await;
+    let c = Http::new(&s.url);
+    let mut w = c.watch("/api/v1/nodes?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true").await;
+    for _ in 0..3 {
+        assert_eq!(
+            w.next(Duration::from_secs(5)).await.unwrap()["type"],
+            "ADDED"
+        );
+    }
+    let b = w.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(b["type"], "BOOKMARK");
+    assert_eq!(
+        b["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    // Without bookmarks allowed the apiserver refuses a streaming list.
+    let r = c
+        .get("/api/v1/nodes?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan")
+        .await;
+    assert_eq!(r.status, 422);
+}
+
+#[tokio::test]
+async fn stale_writes_conflict() {
+    let s = sim(&["--nodes", "1"]).await;
+    let c = Http::new(&s.url);
+    let node = c.get("/api/v1/nodes/node-1").await.json();
+    let newer = c
+        .patch(
+            "/api/v1/nodes/node-1",
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"a": "1"}}}),
+        )
+        .await;
+    assert_eq!(newer.status, 200);
+    let mut stale = node.clone();
+    stale["metadata"]["labels"]["b"] = "2".into();
+    let r = c.put("/api/v1/nodes/node-1", &stale).await;
+    assert_eq!(r.status, 409);
+    assert_eq!(r.json()["reason"], "Conflict");
+    // A patch pinned to an old resourceVersion conflicts too; the current one succeeds.
+    let pinned = json!({"metadata": {"resourceVersion": node["metadata"]["resourceVersion"], "labels": {"c": "3"}}});
+    assert_eq!(
+        c.patch(
+            "/api/v1/nodes/node-1",
+            "application/merge-patch+json",
+            &pinned
+        )
+        .await
+        .status,
+        409
+    );
+    let mut fresh = newer.json();
+    fresh["metadata"]["labels"]["b"] = "2".into();
+    let ok = c.put("/api/v1/nodes/node-1", &fresh).await;
+    assert_eq!(ok.status, 200);
+    assert!(rv(&ok.json()) > rv(&newer.json()));
+    // Creating what exists is 409 AlreadyExists.
+    let dup = c
+        .post("/api/v1/nodes", &json!({"metadata": {"name": "node-1"}}))
+        .await;
+    assert_eq!(
+        (dup.status.as_u16(), dup.json()["reason"].clone()),
+        (409, json!("AlreadyExists"))
+    );
+}
+
+#[tokio::test]
+async fn expired_continue_and_too_old_watch_get_410() {
+    let s = sim(&["--history-window", "5"]).await;
+    let c = Http::new(&s.url);
+    create_pods(&c, 6, "e").await;
+    let first = c
+        .get("/api/v1/namespaces/default/pods?limit=2")
+        .await
+        .json();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    let old = rv(&first);
+    create_pods(&c, 10, "later").await;
+    let r = c
+        .get(&format!(
+            "/api/v1/namespaces/default/pods?limit=2&continue={}",
+            urlencode(&token)
+        ))
+        .await;
+    assert_eq!(r.status, 410);
+    assert_eq!(r.json()["reason"], "Expired");
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/namespaces/default/pods?watch=1&resourceVersion={old}"
+        ))
+        .await;
+    let e = w.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 410);
+    assert!(
+        w.next(Duration::from_secs(2)).await.is_none(),
+        "the stream ends after the error"
+    );
+    let r = c
+        .get(&format!(
+            "/api/v1/namespaces/default/pods?resourceVersion={old}&resourceVersionMatch=Exact"
+        ))
+        .await;
+    assert_eq!(r.status, 410);
+}
+
+#[tokio::test]
+async fn patch_types_over_http() {
+    let s = sim(&["--nodes", "1"]).await;
+    let c = Http::new(&s.url);
+    let heartbeat = json!({"status": {"$setElementOrder/conditions": [{"type": "MemoryPressure"}, {"type": "DiskPressure"}, {"type": "PIDPressure"}, {"type": "Ready"}],
+        "conditions": [{"type": "Ready", "lastHeartbeatTime": "2026-11-22T00:00:00Z"}]}});
+    let r = c
+        .patch(
+            "/api/v1/nodes/node-1/status",
+            "application/strategic-merge-patch+json",
+            &heartbeat,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let conds = r.json()["status"]["conditions"].as_array().unwrap().clone();
+    assert_eq!(conds.len(), 4);
+    let ready = conds.iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(
+        (ready["status"].clone(), ready["lastHeartbeatTime"].clone()),
+        (json!("True"), json!("2026-11-22T00:00:00Z"))
+    );
+    let j = c
+        .patch(
+            "/api/v1/nodes/node-1",
+            "application/json-patch+json",
+            &json!([{"op": "add", "path": "/metadata/labels/zone", "value": "z9"}]),
+        )
+        .await;
+    assert_eq!(j.json()["metadata"]["labels"]["zone"], "z9");
+    let m = c
+        .patch(
+            "/api/v1/nodes/node-1",
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"zone": null}}}),
+        )
+        .await;
+    assert!(m.json()["metadata"]["labels"].get("zone").is_none());
+    // A spec change bumps generation; a status-only patch does not.
+    let g = c
+        .patch(
+            "/api/v1/nodes/node-1",
+            "application/merge-patch+json",
+            &json!({"spec": {"unschedulable": true}}),
+        )
+        .await
+        .json();
+    assert_eq!(g["metadata"]["generation"], 2);
+    let failed = c
+        .patch(
+            "/api/v1/nodes/node-1",
+            "application/json-patch+json",
+            &json!([{"op": "test", "path": "/metadata/name", "value": "x"}]),
+        )
+        .await;
+    assert_eq!(failed.status, 422);
+    let bad = c
+        .send(
+            http::Method::PATCH,
+            "/api/v1/nodes/node-1",
+            "application/merge-patch+json",
+            "{nope",
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    let unknown = c
+        .send(
+            http::Method::PATCH,
+            "/api/v1/nodes/node-1",
+            "text/plain",
+            "{}",
+        )
+        .await;
+    assert_eq!(unknown.status, 415);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_status_naming_the_problem() {
+    let s = sim(&["--max-request-body-bytes", "1000"]).await;
+    let c = Http::new(&s.url);
+    let cases = [
+        ("/api/v1/widgets", 404u16),
+        ("/apis/nope.io/v1/things", 404),
+        ("/api/v1/pods?labelSelector=a%20in%20b", 400),
+        ("/api/v1/pods?fieldSelector=spec.unknown%3Dx", 400),
+        ("/api/v1/pods?limit=ten", 400),
+        ("/api/v1/pods?resourceVersionMatch=Exact", 422),
+        ("/api/v1/pods?continue=%%%", 400),
+        ("/api/v1/namespaces/default/pods/missing", 404),
+    ];
+    for (path, code) in cases {
+        let r = c.get(path).await;
+        assert_eq!(
+            r.status.as_u16(),
+            code,
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let s = r.json();
+        assert_eq!(
+            (s["kind"].clone(), s["code"].clone()),
+            (json!("Status"), json!(code)),
+            "{path}"
+        );
+        assert!(!s["message"].as_str().unwrap().is_empty());
+    }
+    let big = json!({"metadata": {"name": "big"}, "data": {"x": "y".repeat(2000)}});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/configmaps", &big)
+            .await
+            .status,
+        413
+    );
+    let r = c
+        .send(
+            http::Method::POST,
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            "[1,2",
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    let r = c
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"metadata": {"name": "Not_Valid"}}),
+        )
+        .await;
+    assert_eq!(r.status, 422);
+    let r = c
+        .post(
+            "/api/v1/namespaces/nowhere/configmaps",
+            &json!({"metadata": {"name": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status, 404);
+}
+
+#[tokio::test]
+async fn graceful_delete_of_a_bound_pod_then_removal() {
+    let s = sim(&["--nodes", "1", "--kubelet-delete-delay", "300ms"]).await;
+    let c = Http::new(&s.url);
+    create_pods(&c, 1, "g").await;
+    let r = c.delete("/api/v1/namespaces/default/pods/g-0").await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        c.get("/api/v1/namespaces/default/pods/g-0").await.status,
+        200,
+        "still there while terminating"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while c.get("/api/v1/namespaces/default/pods/g-0").await.status != 404 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pod never went away"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
