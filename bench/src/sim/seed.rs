@@ -199,10 +199,35 @@ fn pod(s: &mut Seeder, ns: &str, node: Option<&str>, i: usize, target_bytes: usi
     } else {
         pod["status"]["phase"] = "Pending".into();
     }
-    // Pad with configuration env vars, as real pods carry, up to the target size.
-    let size = serde_json::to_vec(&pod).map(|v| v.len()).unwrap_or(0) + container.to_string().len();
+    // Small targets drop the least essential parts first; then configuration
+    // env vars, as real pods carry, pad up to the target size.
+    let size = |pod: &Value, c: &Value| {
+        serde_json::to_vec(pod).map(|v| v.len()).unwrap_or(0) + c.to_string().len()
+    };
+    let optional: [(&str, &str); 6] = [
+        ("metadata", "annotations"),
+        ("spec", "tolerations"),
+        ("status", "podIPs"),
+        ("container", "volumeMounts"),
+        ("container", "ports"),
+        ("metadata", "generateName"),
+    ];
+    for (parent, field) in optional {
+        if size(&pod, &container) <= target_bytes {
+            break;
+        }
+        let obj = if parent == "container" {
+            container.as_object_mut()
+        } else {
+            pod[parent].as_object_mut()
+        };
+        if let Some(o) = obj {
+            o.remove(field);
+        }
+    }
+    let have = size(&pod, &container);
     if let Some(env) = container["env"].as_array_mut() {
-        let mut have = size;
+        let mut have = have;
         let mut k = 0;
         while have + 60 <= target_bytes {
             let value = suffix(&mut s.rng, 32);
