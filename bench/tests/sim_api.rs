@@ -496,3 +496,46 @@ async fn graceful_delete_of_a_bound_pod_then_removal() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn namespaced_reads_see_only_their_namespace() {
+    let s = sim(&["--nodes", "4", "--pods", "220", "--namespaces", "11"]).await;
+    let c = Http::new(&s.url);
+    let mut total = 0;
+    for ns in 1..=11 {
+        let list = c
+            .get(&format!("/api/v1/namespaces/ns-{ns}/pods"))
+            .await
+            .json();
+        let items = list["items"].as_array().unwrap();
+        assert!(
+            items
+                .iter()
+                .all(|p| p["metadata"]["namespace"] == format!("ns-{ns}")),
+            "ns-{ns} leaked others"
+        );
+        total += items.len();
+    }
+    assert_eq!(total, 220);
+    // The same through a watch's initial state and a paged list.
+    let mut w = c
+        .watch("/api/v1/namespaces/ns-1/pods?watch=1&resourceVersion=0")
+        .await;
+    let mut n = 0;
+    while let Some(e) = w.next(Duration::from_millis(500)).await {
+        assert_eq!(e["object"]["metadata"]["namespace"], "ns-1");
+        n += 1;
+    }
+    assert_eq!(n, 20);
+    let page = c.get("/api/v1/namespaces/ns-1/pods?limit=15").await.json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 15);
+    let rest = c
+        .get(&format!(
+            "/api/v1/namespaces/ns-1/pods?limit=15&continue={}",
+            urlencode(page["metadata"]["continue"].as_str().unwrap())
+        ))
+        .await
+        .json();
+    assert_eq!(rest["items"].as_array().unwrap().len(), 5);
+    assert!(rest["metadata"].get("continue").is_none());
+}

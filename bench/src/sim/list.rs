@@ -11,6 +11,7 @@ use super::table;
 use apimodel::{FieldSelector, LabelSelector, ListOptions, Status};
 use base64::Engine;
 use bytes::{BufMut, Bytes, BytesMut};
+use std::ops::Bound;
 use std::sync::Arc;
 
 /// Bytes gathered before a chunk is handed to the connection.
@@ -191,6 +192,18 @@ pub fn snapshot(store: &Store, resource: usize, plan: &ListPlan) -> Result<(u64,
     }
 }
 
+/// Only the keys of one namespace (`ns/…`), as etcd reads the range
+/// `/registry/pods/ns/`; everything when `namespace` is empty.
+pub fn namespace_range(map: ObjMap, namespace: &str) -> ObjMap {
+    if namespace.is_empty() {
+        return map;
+    }
+    // '/' < '0': every key of the namespace sorts between "ns/" and "ns0".
+    let (_, _, from) = map.split_lookup(&format!("{namespace}/"));
+    let (within, _, _) = from.split_lookup(&format!("{namespace}0"));
+    within
+}
+
 /// Counts a LIST reports to the metrics when its body ends.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ListStats {
@@ -199,7 +212,16 @@ pub struct ListStats {
     pub returned: u64,
 }
 
-type Items = Box<dyn Iterator<Item = Arc<Obj>> + Send>;
+/// What a body sends, in order.
+enum Items {
+    /// A page chosen up front (a LIST with `limit`).
+    Page(std::vec::IntoIter<Arc<Obj>>),
+    /// The whole snapshot, walked by key range: each chunk resumes after the
+    /// last key it sent. (Consuming the map instead would copy every leaf of
+    /// the tree it shares with the store, keys included, as it goes.)
+    Walk { map: ObjMap, after: Option<String> },
+}
+
 type OnDone = Box<dyn FnOnce(ListStats) + Send>;
 
 /// The chunks of one LIST response.
@@ -228,6 +250,7 @@ pub fn body(
     now: i64,
     on_done: OnDone,
 ) -> ListBody {
+    let map = namespace_range(map, &plan.filter.namespace);
     let map = match &plan.start {
         Some(start) => {
             let (_, at, mut rest) = map.split_lookup(start);
@@ -259,13 +282,9 @@ pub fn body(
             let cont = cont
                 .filter(|_| iter.next().is_some())
                 .map(|k| encode_continue(rv, &k));
-            (Box::new(page.into_iter()), None, cont)
+            (Items::Page(page.into_iter()), None, cont)
         }
-        None => (
-            Box::new(map.into_iter().map(|(_, o)| o)),
-            Some(plan.filter),
-            None,
-        ),
+        None => (Items::Walk { map, after: None }, Some(plan.filter), None),
     };
     let head = head(def, rv, cont.as_deref(), encoding);
     ListBody {
@@ -314,28 +333,33 @@ impl Iterator for ListBody {
             return None;
         }
         let mut buf = BytesMut::with_capacity(CHUNK + 4096);
-        for o in self.items.by_ref() {
-            if let Some(f) = &self.filter {
-                self.stats.fetched += 1;
-                self.stats.evaluated += 1;
-                if !f.matches(self.def, &o) {
-                    continue;
+        // Taken out for the walk (so `add` can borrow the rest), put back below.
+        let mut items = std::mem::replace(&mut self.items, Items::Page(Vec::new().into_iter()));
+        let full = match &mut items {
+            Items::Page(page) => page.any(|o| self.add(&mut buf, &o)),
+            Items::Walk { map, after } => {
+                let from = match after {
+                    Some(k) => Bound::Excluded(k.as_str()),
+                    None => Bound::Unbounded,
+                };
+                let mut last = None;
+                for (k, o) in map.range::<_, str>((from, Bound::Unbounded)) {
+                    if self.add(&mut buf, o) {
+                        last = Some(k.clone());
+                        break;
+                    }
+                }
+                if last.is_some() {
+                    *after = last;
+                    true
+                } else {
+                    false
                 }
             }
-            self.stats.returned += 1;
-            if !self.first {
-                buf.put_u8(b',');
-            }
-            self.first = false;
-            match self.encoding {
-                Encoding::Json => buf.extend_from_slice(&o.json),
-                Encoding::Table(_) => {
-                    buf.extend_from_slice(table::row(self.def, &o, self.now).to_string().as_bytes())
-                }
-            }
-            if buf.len() >= CHUNK {
-                return Some(buf.freeze());
-            }
+        };
+        self.items = items;
+        if full {
+            return Some(buf.freeze());
         }
         self.done = true;
         buf.extend_from_slice(b"]}");
@@ -343,6 +367,31 @@ impl Iterator for ListBody {
             f(self.stats);
         }
         Some(buf.freeze())
+    }
+}
+
+impl ListBody {
+    /// Adds `o` to the chunk if the filter lets it through; true once the chunk is full.
+    fn add(&mut self, buf: &mut BytesMut, o: &Obj) -> bool {
+        if let Some(f) = &self.filter {
+            self.stats.fetched += 1;
+            self.stats.evaluated += 1;
+            if !f.matches(self.def, o) {
+                return false;
+            }
+        }
+        self.stats.returned += 1;
+        if !self.first {
+            buf.put_u8(b',');
+        }
+        self.first = false;
+        match self.encoding {
+            Encoding::Json => buf.extend_from_slice(&o.json),
+            Encoding::Table(_) => {
+                buf.extend_from_slice(table::row(self.def, o, self.now).to_string().as_bytes())
+            }
+        }
+        buf.len() >= CHUNK
     }
 }
 

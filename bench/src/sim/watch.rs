@@ -155,6 +155,7 @@ impl Watcher {
             Start::After(n) => n,
             Start::FullState { end_bookmark } => {
                 let (rv, map) = self.store.snapshot(self.resource);
+                let map = super::list::namespace_range(map, &self.filter.namespace);
                 let mut buf = BytesMut::new();
                 for (_, o) in map.iter() {
                     if self.filter.matches(self.def, o) {
