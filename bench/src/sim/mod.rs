@@ -20,6 +20,7 @@ pub mod inflight;
 pub mod kubeconfig;
 pub mod list;
 pub mod metrics;
+pub mod model;
 pub mod object;
 pub mod patch;
 pub mod pki;
