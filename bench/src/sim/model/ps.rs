@@ -11,9 +11,19 @@
 use std::collections::BTreeMap;
 
 /// A tag ordered as f64 (never NaN: work and time are finite and non-negative).
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Debug, Clone, Copy)]
 struct Tag(f64);
+impl PartialEq for Tag {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o).is_eq()
+    }
+}
 impl Eq for Tag {}
+impl PartialOrd for Tag {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for Tag {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0)

@@ -1,0 +1,24 @@
+//! Helpers shared by the end-to-end tests: the real binaries started as child processes on
+//! loopback, and the real `kubectl` run against them, every wait bounded by a deadline.
+//!
+//! - [`SimProcess`]: `tollgate-bench sim` on an ephemeral port in its own temp dir, killed on drop.
+//! - [`kubectl`] / [`Kubectl`]: one kubectl command with a request and a process timeout.
+//! - [`KubectlBackground`]: a long-running kubectl (`get -w`) whose stdout is read line by line.
+//! - [`LineReader`], [`eventually`]: the polling primitives the above are built on.
+//! - [`workspace_binary`]: where the workspace's binaries are, next to the test executable.
+
+mod binary;
+mod kubectl;
+mod lines;
+mod sim;
+
+pub use binary::{fresh_workspace_binary, workspace_binary};
+pub use kubectl::{
+    kubectl, Kubectl, KubectlBackground, KubectlOutput, KUBECTL_PROCESS_TIMEOUT,
+    KUBECTL_REQUEST_TIMEOUT,
+};
+pub use lines::{eventually, LineReader, Next};
+pub use sim::{Scheme, SimProcess, SIM_START_TIMEOUT};
+
+pub use bench::sim::kubeconfig::KubeUser;
+pub use bench::sim::pki::CertAuthority;
