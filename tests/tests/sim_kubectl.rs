@@ -675,5 +675,7 @@ fn identities(scheme: Scheme) -> anyhow::Result<()> {
         "an untrusted client certificate was accepted: {}",
         r.stdout
     );
+    // As kube-apiserver: the handshake succeeds and the request is refused with 401.
+    assert!(r.stderr.contains("Unauthorized"), "{}", r.stderr);
     still_running(sim)
 }

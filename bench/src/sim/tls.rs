@@ -129,6 +129,57 @@ pub fn client_cert_verifier<'a>(
     builder.build().map_err(TlsError::Verifier)
 }
 
+/// Accepts any client certificate at the handshake (still checking that the
+/// client holds its key) and leaves trust to the authenticator, as
+/// kube-apiserver does: a certificate from an unknown CA gets 401, not a
+/// failed handshake.
+#[derive(Debug)]
+struct DeferToAuthenticator {
+    /// For the CA hints sent to clients and the handshake signature checks.
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for DeferToAuthenticator {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+}
+
 /// The server side: serving chain and key (PEM), ALPN h2 + http/1.1, client certificates as
 /// `client_auth` says.
 pub fn server_config(
@@ -145,7 +196,8 @@ pub fn server_config(
         builder.with_no_client_auth()
     } else {
         let bundles = client_auth.ca_bundles.iter().map(String::as_str);
-        builder.with_client_cert_verifier(client_cert_verifier(bundles, "client CA", true)?)
+        let inner = client_cert_verifier(bundles, "client CA", true)?;
+        builder.with_client_cert_verifier(Arc::new(DeferToAuthenticator { inner }))
     };
     let mut config = builder
         .with_single_cert(chain, key)
@@ -268,14 +320,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn certificate_from_an_untrusted_ca_fails_the_handshake() {
+    async fn certificate_from_an_untrusted_ca_is_left_to_the_authenticator() {
+        // As kube-apiserver: the handshake succeeds and the request gets 401.
         let (serving_ca, _, server) = setup();
         let stranger = CertAuthority::generate("client-ca").unwrap();
         let mallory = stranger
             .issue_client("mallory", &["system:masters"])
             .unwrap();
         let client = client_config(serving_ca.cert_pem(), Some(&mallory)).unwrap();
-        assert!(handshake(server, client).await.is_err());
+        let (certs, _) = handshake(server, client).await.unwrap();
+        let certs = certs.expect("the server sees the certificate");
+        let authn = crate::sim::authn::Authenticator::new(crate::sim::authn::AuthnConfig {
+            client_ca_pem: Some(
+                CertAuthority::generate("real-ca")
+                    .unwrap()
+                    .cert_pem()
+                    .to_string(),
+            ),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(authn
+            .authenticate(&http::HeaderMap::new(), Some(&certs))
+            .is_err());
     }
 
     #[test]
