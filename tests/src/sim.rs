@@ -80,13 +80,21 @@ impl SimProcess {
         // The packages tollgate-bench is built from.
         let binary = fresh_workspace_binary("tollgate-bench", &["bench", "apimodel"]);
         let mut cmd = Command::new(&binary);
-        cmd.args(["sim", "--listen", "127.0.0.1:0", "--kubeconfig-out"])
-            .arg(&kubeconfig);
+        // --exit-with-stdin: the pipe stays open in `child.stdin` while we live; if this
+        // process dies, even by SIGKILL, the pipe closes and the simulator exits.
+        cmd.args([
+            "sim",
+            "--exit-with-stdin",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig-out",
+        ])
+        .arg(&kubeconfig);
         if tls && !own_certs {
             cmd.arg("--cert-dir").arg(&pki);
         }
         cmd.args(args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(File::create(&stderr_log).context("creating the simulator's log")?);
         let shown = format!("tollgate-bench sim {}", args.join(" "));

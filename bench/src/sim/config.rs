@@ -130,6 +130,10 @@ pub struct SimArgs {
     /// Header prefixes carrying extra user attributes from a front proxy.
     #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
     pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Exit when standard input closes: a test harness that dies (even by SIGKILL)
+    /// then never leaves a simulator running.
+    #[arg(long)]
+    pub exit_with_stdin: bool,
     /// Serve requests without credentials as system:anonymous (false: 401).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub anonymous_auth: bool,

@@ -177,7 +177,18 @@ pub async fn run(
             p.display()
         );
     }
-    shutdown.await;
+    let stdin_closed = async {
+        if args.exit_with_stdin {
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = shutdown => {}
+        _ = stdin_closed => tracing::info!("standard input closed: stopping"),
+    }
     sim.stop().await;
     Ok(())
 }

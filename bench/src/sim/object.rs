@@ -50,7 +50,10 @@ impl Obj {
             })
             .unwrap_or_default();
         let fields = def.fields.iter().map(|f| field_value(&value, f)).collect();
-        let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        // Copied into an exactly sized buffer: `to_vec` grows by doubling, and
+        // `Bytes::from(Vec)` would keep that capacity (a 2.5 KB pod in a 4 KB
+        // allocation) for as long as the object is stored.
+        let json = Bytes::copy_from_slice(&serde_json::to_vec(&value).unwrap_or_default());
         Obj {
             rv,
             namespace: str_at(meta, "namespace"),
