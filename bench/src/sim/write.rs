@@ -104,7 +104,10 @@ fn generated_name(prefix: &str) -> String {
     let tail: String = (0..5)
         .map(|_| ALNUM[rng.random_range(0..ALNUM.len())] as char)
         .collect();
-    format!("{}{tail}", &prefix[..prefix.len().min(58)])
+    // At most 58 characters of the prefix, as the apiserver truncates it (by
+    // characters: the prefix is the client's and may hold any UTF-8).
+    let head: String = prefix.chars().take(58).collect();
+    format!("{head}{tail}")
 }
 
 /// POST: a new object.
