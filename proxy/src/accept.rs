@@ -1,0 +1,262 @@
+//! The client listener: accept TCP, handshake TLS (ALPN h2 / http/1.1,
+//! optional client certificate), serve HTTP/1.1 and HTTP/2 with upgrades,
+//! and on shutdown close connections spread over the drain window: each
+//! connection gets its own moment in the window, is told to go away
+//! (HTTP/2 GOAWAY, HTTP/1 close after the current response), and is closed
+//! for good `CLOSE_GRACE` later, so long-running watches end at different
+//! times and their clients do not all relist at once.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::handle::Gateway;
+use crate::identity::PeerCertificate;
+use crate::Body;
+
+/// How long a connection told to go away may take before it is closed.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accept connections until `stop`; each is served in the gateway's task tracker.
+pub async fn accept_loop(
+    gateway: Gateway,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: CancellationToken,
+) {
+    let acceptor = tls.map(TlsAcceptor::from);
+    let sequence = AtomicU64::new(0);
+    loop {
+        let (tcp, remote) = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off a little instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let n = sequence.fetch_add(1, Ordering::Relaxed);
+        let g = gateway.clone();
+        let acceptor = acceptor.clone();
+        let stop = stop.clone();
+        gateway.tasks().spawn(async move {
+            match acceptor {
+                None => serve_connection(g, tcp, None, stop, n).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            let peer = stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .and_then(PeerCertificate::from_der)
+                                .map(Arc::new);
+                            serve_connection(g, stream, peer, stop, n).await
+                        }
+                        Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Where in the drain window connection `n` is closed: the golden-ratio
+/// sequence spreads any number of connections evenly.
+fn drain_offset(n: u64, window: Duration) -> Duration {
+    let frac = (n as f64 * 0.618_033_988_75).fract();
+    window.mul_f64(frac)
+}
+
+async fn serve_connection<I>(
+    gateway: Gateway,
+    io: I,
+    peer: Option<Arc<PeerCertificate>>,
+    stop: CancellationToken,
+    n: u64,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let config = gateway.config();
+    let g = gateway.clone();
+    let activity = Arc::new(Activity::new());
+    let act = activity.clone();
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let g = g.clone();
+        let peer = peer.clone();
+        let guard = act.begin();
+        async move {
+            let resp = g.handle(req, peer).await;
+            // The request stays active until its response body is done.
+            Ok::<_, Infallible>(resp.map(|body| {
+                ActiveBody {
+                    body,
+                    _guard: guard,
+                }
+                .boxed()
+            }))
+        }
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs_f64(config.timeouts.header_read_seconds))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs_f64(config.timeouts.keep_alive_seconds))
+        .max_concurrent_streams(1000);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    let idle = Duration::from_secs_f64(config.timeouts.idle_seconds);
+    let check = (idle / 4).max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => return log_end(r),
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(check) => {
+                if activity.idle_for() >= idle {
+                    tracing::debug!("closing an idle client connection");
+                    conn.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        r = conn.as_mut() => log_end(r),
+                        _ = tokio::time::sleep(CLOSE_GRACE) => {}
+                    }
+                    return;
+                }
+            }
+        }
+    }
+    let offset = drain_offset(n, Duration::from_secs_f64(config.drain.window_seconds));
+    tokio::select! {
+        r = conn.as_mut() => return log_end(r),
+        _ = tokio::time::sleep(offset) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    tokio::select! {
+        r = conn.as_mut() => log_end(r),
+        _ = tokio::time::sleep(CLOSE_GRACE) => tracing::debug!("connection closed at the end of its grace"),
+    }
+}
+
+// === impl Activity ===
+
+/// Requests in flight on one connection and since when it has had none.
+struct Activity {
+    active: AtomicUsize,
+    idle_since: std::sync::Mutex<Instant>,
+}
+
+struct ActiveGuard(Arc<Activity>);
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            active: AtomicUsize::new(0),
+            idle_since: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    fn begin(self: &Arc<Self>) -> ActiveGuard {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(self.clone())
+    }
+
+    /// How long the connection has had no request in flight (zero if it has one).
+    fn idle_for(&self) -> Duration {
+        if self.active.load(Ordering::Relaxed) > 0 {
+            return Duration::ZERO;
+        }
+        self.idle_since
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        if self.0.active.fetch_sub(1, Ordering::Relaxed) == 1 {
+            if let Ok(mut t) = self.0.idle_since.lock() {
+                *t = Instant::now();
+            }
+        }
+    }
+}
+
+/// A response body that keeps its request active until dropped.
+struct ActiveBody {
+    body: Body,
+    _guard: ActiveGuard,
+}
+
+impl http_body::Body for ActiveBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drain_offsets_are_spread_within_the_window() {
+        let w = Duration::from_secs(30);
+        let offsets: Vec<Duration> = (0..10).map(|n| drain_offset(n, w)).collect();
+        assert_eq!(offsets[0], Duration::ZERO);
+        assert!(offsets.iter().all(|o| *o < w));
+        let mut secs: Vec<u64> = offsets.iter().map(|o| o.as_secs() / 3).collect();
+        secs.sort_unstable();
+        secs.dedup();
+        assert!(
+            secs.len() >= 8,
+            "ten connections land in at least 8 of 10 slices: {secs:?}"
+        );
+    }
+}

@@ -1,0 +1,534 @@
+//! Configuration: a YAML file (`--config`) with every setting and its
+//! default, and command-line flags that override the file. Parsed into typed
+//! structs before any port is bound; unknown fields are errors.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// What tollgate does with what it learns. Only `off` exists until the
+/// enforcement issue: forward, classify, learn, export, decide nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "camelCase")]
+pub enum Mode {
+    #[default]
+    Off,
+}
+
+/// Which store serves a consistency class; decides whether a filtered LIST is
+/// charged for every object the apiserver reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Store {
+    /// The apiserver's watch cache: selectors are cheap (indexed or in memory).
+    WatchCache,
+    /// etcd: the whole resource is read, then filtered.
+    Etcd,
+}
+
+/// The whole configuration. Every field has a default right for a
+/// 5,000-node cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Config {
+    /// Client listener address. Default `0.0.0.0:6443`.
+    pub listen: String,
+    /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/debug/patterns`);
+    /// `null` turns it off. Default `127.0.0.1:9443`.
+    pub admin_listen: Option<String>,
+    /// Decision mode. Default `off`.
+    pub mode: Mode,
+    /// Serving TLS and client authentication.
+    pub tls: ServingTls,
+    /// The apiservers.
+    pub upstream: Upstream,
+    /// Client-side timeouts.
+    pub timeouts: Timeouts,
+    /// The pattern cache and predictor.
+    pub patterns: Patterns,
+    /// Graceful drain on SIGTERM.
+    pub drain: Drain,
+    /// TokenReviews telling who a bearer token belongs to (classification only).
+    pub token_review: TokenReview,
+}
+
+/// Asking the apiserver who a bearer token belongs to, for classification
+/// only. Needs RBAC for tollgate's own identity to create `tokenreviews`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct TokenReview {
+    /// Review tokens at all. Default `false`.
+    pub enabled: bool,
+    /// Seconds an answer is kept. Default `300`.
+    pub cache_seconds: f64,
+}
+
+impl Default for TokenReview {
+    fn default() -> Self {
+        TokenReview {
+            enabled: false,
+            cache_seconds: 300.0,
+        }
+    }
+}
+
+/// TLS toward clients. Without cert and key tollgate serves plain HTTP.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct ServingTls {
+    /// Serving certificate chain (PEM). Default: none (plain HTTP).
+    pub cert_file: Option<PathBuf>,
+    /// Serving private key (PEM). Default: none.
+    pub key_file: Option<PathBuf>,
+    /// CA that client certificates are verified against. Default: none
+    /// (client certificates are not requested).
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// The apiservers and tollgate's credentials toward them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Upstream {
+    /// apiserver URLs (`https://host:port`). Default: none; at least one is
+    /// required unless `kubeconfig` names the server.
+    pub urls: Vec<String>,
+    /// kubeconfig whose current context gives the server (when `urls` is
+    /// empty), the CA (when `caFile` is unset) and tollgate's own identity
+    /// (when `clientCertFile` is unset). Default: none.
+    pub kubeconfig: Option<PathBuf>,
+    /// CA that the apiservers' serving certificates are verified against.
+    /// Default: none (only `http://` upstreams work).
+    pub ca_file: Option<PathBuf>,
+    /// Front-proxy client certificate, presented with the identity headers of
+    /// certificate clients. Default: none (certificate clients are forwarded anonymous).
+    pub front_proxy_cert_file: Option<PathBuf>,
+    /// Front-proxy private key. Default: none.
+    pub front_proxy_key_file: Option<PathBuf>,
+    /// tollgate's own client certificate, for health checks only. Default: none.
+    pub client_cert_file: Option<PathBuf>,
+    /// tollgate's own private key. Default: none.
+    pub client_key_file: Option<PathBuf>,
+    /// Most open requests per HTTP/2 connection to an apiserver; another
+    /// connection is opened past it. Keep at or below the apiserver's
+    /// `--http2-max-streams-per-connection` (100 on recent releases). Default `100`.
+    pub max_streams_per_connection: usize,
+    /// Health check settings.
+    pub health_check: HealthCheck,
+    /// Scraping of the apiserver's object counts (`apiserver_storage_objects`,
+    /// or `etcd_object_counts` on older releases) into the resource priors.
+    pub metrics_scrape: MetricsScrape,
+}
+
+/// Periodic scrape of an upstream's `/metrics`, with tollgate's own identity.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct MetricsScrape {
+    /// Scrape at all. Default `true`.
+    pub enabled: bool,
+    /// Path requested. Default `/metrics`.
+    pub path: String,
+    /// Seconds between scrapes. Default `30`.
+    pub interval_seconds: f64,
+}
+
+impl Default for MetricsScrape {
+    fn default() -> Self {
+        MetricsScrape {
+            enabled: true,
+            path: "/metrics".into(),
+            interval_seconds: 30.0,
+        }
+    }
+}
+
+/// Periodic health checks of each upstream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct HealthCheck {
+    /// Check at all. Default `true`.
+    pub enabled: bool,
+    /// Path requested. Default `/readyz`.
+    pub path: String,
+    /// Seconds between checks (and between retries of an ejected upstream). Default `5`.
+    pub interval_seconds: f64,
+    /// Seconds a check may take. Default `2`.
+    pub timeout_seconds: f64,
+}
+
+/// Client-side timeouts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Timeouts {
+    /// Seconds a client has to send its request headers (HTTP/1). Default `10`.
+    pub header_read_seconds: f64,
+    /// Seconds for an ordinary (not long-running) request to get its response
+    /// headers from the apiserver; the apiserver's own limit is 60. Default `70`.
+    pub request_seconds: f64,
+    /// Seconds between HTTP/2 keep-alive pings to clients. Default `30`.
+    pub keep_alive_seconds: f64,
+    /// Seconds a client connection may stay open with no request in flight
+    /// (a watch is in flight for as long as it lasts), as the apiserver's 90. Default `90`.
+    pub idle_seconds: f64,
+}
+
+/// The pattern cache and predictor.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Patterns {
+    /// Most patterns kept; the coldest 10% are evicted when full. Default `10000`.
+    pub capacity: usize,
+    /// Half-life of the decayed statistics, seconds. Default `300`.
+    pub half_life_seconds: f64,
+    /// Prediction for a LIST of a resource never seen, bytes. Default `1048576`.
+    pub default_list_bytes: f64,
+    /// Prediction for any other request never seen, bytes. Default `4096`.
+    pub default_request_bytes: f64,
+    /// Bytes per object assumed when only the apiserver's object count is
+    /// known (until a full LIST teaches it). Default `4096`.
+    pub default_object_bytes: f64,
+    /// Assumed uncompressed/compressed ratio of gzip responses until one is
+    /// learned for the resource. Default `8`.
+    pub gzip_ratio: f64,
+    /// Store that serves `cache` reads. Default `watchCache`.
+    pub cache_store: Store,
+    /// Store that serves `consistent` reads. Default `etcd` (Kubernetes before
+    /// 1.31; set `watchCache` for newer clusters with consistent reads from cache).
+    pub consistent_store: Store,
+    /// Store that serves `exact` reads. Default `etcd`.
+    pub exact_store: Store,
+}
+
+/// Graceful drain.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Drain {
+    /// Seconds over which open connections (and their watches) are closed
+    /// after SIGTERM, so clients do not all relist at once. Default `30`.
+    pub window_seconds: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "0.0.0.0:6443".into(),
+            admin_listen: Some("127.0.0.1:9443".into()),
+            mode: Mode::Off,
+            tls: ServingTls::default(),
+            upstream: Upstream::default(),
+            timeouts: Timeouts::default(),
+            patterns: Patterns::default(),
+            drain: Drain::default(),
+            token_review: TokenReview::default(),
+        }
+    }
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            urls: Vec::new(),
+            kubeconfig: None,
+            ca_file: None,
+            front_proxy_cert_file: None,
+            front_proxy_key_file: None,
+            client_cert_file: None,
+            client_key_file: None,
+            max_streams_per_connection: 100,
+            health_check: HealthCheck::default(),
+            metrics_scrape: MetricsScrape::default(),
+        }
+    }
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            enabled: true,
+            path: "/readyz".into(),
+            interval_seconds: 5.0,
+            timeout_seconds: 2.0,
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header_read_seconds: 10.0,
+            request_seconds: 70.0,
+            keep_alive_seconds: 30.0,
+            idle_seconds: 90.0,
+        }
+    }
+}
+
+impl Default for Patterns {
+    fn default() -> Self {
+        Patterns {
+            capacity: 10_000,
+            half_life_seconds: 300.0,
+            default_list_bytes: 1_048_576.0,
+            default_request_bytes: 4096.0,
+            default_object_bytes: 4096.0,
+            gzip_ratio: 8.0,
+            cache_store: Store::WatchCache,
+            consistent_store: Store::Etcd,
+            exact_store: Store::Etcd,
+        }
+    }
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain {
+            window_seconds: 30.0,
+        }
+    }
+}
+
+/// Flags; each one given overrides the file.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Flags {
+    /// YAML configuration file; flags override its settings [default: none, built-in defaults]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address clients connect to [default: 0.0.0.0:6443]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// apiserver URL; repeat for several (least outstanding requests) [default: none, required]
+    #[arg(long = "upstream", value_name = "URL")]
+    pub upstreams: Vec<String>,
+    /// kubeconfig giving the apiserver address, its CA and tollgate's own identity (health checks and scraping only) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_kubeconfig: Option<PathBuf>,
+    /// CA bundle (PEM) verifying the apiservers' serving certificates [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
+    /// Serving certificate (PEM); with --tls-key turns on TLS toward clients [default: none, plain HTTP]
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) verifying client certificates [default: none, certificates not requested]
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// Front-proxy client certificate presented to the apiserver with X-Remote-* headers [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub front_proxy_cert: Option<PathBuf>,
+    /// Front-proxy private key [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub front_proxy_key: Option<PathBuf>,
+    /// tollgate's own client certificate, for health checks only [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_client_cert: Option<PathBuf>,
+    /// tollgate's own private key, for health checks only [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_client_key: Option<PathBuf>,
+    /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns) [default: 127.0.0.1:9443]
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+    /// Decision mode: off = forward, classify, learn, decide nothing [default: off]
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+}
+
+/// A configuration that cannot be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid setting {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error(transparent)]
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+}
+
+impl Config {
+    /// The file named by `flags.config` (or the defaults), with the flags applied, validated.
+    pub fn load(flags: &Flags) -> Result<Config, ConfigError> {
+        let mut config = match &flags.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        config.apply(flags);
+        if let (true, Some(path)) = (config.upstream.urls.is_empty(), &config.upstream.kubeconfig) {
+            config.upstream.urls = vec![crate::kubeconfig::load(path)?.server];
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parse a YAML file; the error names the line and the reason.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_yaml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parse YAML text; an empty document is the defaults.
+    pub fn from_yaml(text: &str) -> Result<Config, String> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        serde_saphyr::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Override settings with the flags that were given.
+    pub fn apply(&mut self, flags: &Flags) {
+        fn set<T: Clone>(target: &mut T, flag: &Option<T>) {
+            if let Some(v) = flag {
+                *target = v.clone();
+            }
+        }
+        fn set_opt<T: Clone>(target: &mut Option<T>, flag: &Option<T>) {
+            if flag.is_some() {
+                *target = flag.clone();
+            }
+        }
+        set(&mut self.listen, &flags.listen);
+        set_opt(&mut self.admin_listen, &flags.admin_listen);
+        set(&mut self.mode, &flags.mode);
+        if !flags.upstreams.is_empty() {
+            self.upstream.urls = flags.upstreams.clone();
+        }
+        set_opt(&mut self.upstream.ca_file, &flags.upstream_ca);
+        set_opt(&mut self.upstream.kubeconfig, &flags.upstream_kubeconfig);
+        set_opt(&mut self.tls.cert_file, &flags.tls_cert);
+        set_opt(&mut self.tls.key_file, &flags.tls_key);
+        set_opt(&mut self.tls.client_ca_file, &flags.client_ca);
+        set_opt(
+            &mut self.upstream.front_proxy_cert_file,
+            &flags.front_proxy_cert,
+        );
+        set_opt(
+            &mut self.upstream.front_proxy_key_file,
+            &flags.front_proxy_key,
+        );
+        set_opt(
+            &mut self.upstream.client_cert_file,
+            &flags.upstream_client_cert,
+        );
+        set_opt(
+            &mut self.upstream.client_key_file,
+            &flags.upstream_client_key,
+        );
+    }
+
+    /// Checks that need no files: pairs given together, numbers in range, URLs.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.upstream.urls.is_empty() {
+            return invalid(
+                "upstream.urls",
+                "at least one upstream URL is required (--upstream)",
+            );
+        }
+        for url in &self.upstream.urls {
+            let uri: http::Uri = url.parse().map_err(|e| ConfigError::Invalid {
+                field: "upstream.urls",
+                reason: format!("{url:?}: {e}"),
+            })?;
+            match uri.scheme_str() {
+                Some("http") | Some("https") if uri.authority().is_some() => {}
+                _ => {
+                    return invalid(
+                        "upstream.urls",
+                        &format!("{url:?} is not an http(s)://host:port URL"),
+                    )
+                }
+            }
+        }
+        let pair = |a: &Option<PathBuf>, b: &Option<PathBuf>| a.is_some() == b.is_some();
+        if !pair(&self.tls.cert_file, &self.tls.key_file) {
+            return invalid("tls.certFile/keyFile", "give both or neither");
+        }
+        if self.tls.client_ca_file.is_some() && self.tls.cert_file.is_none() {
+            return invalid(
+                "tls.clientCaFile",
+                "client certificates need TLS (tls.certFile)",
+            );
+        }
+        if !pair(
+            &self.upstream.front_proxy_cert_file,
+            &self.upstream.front_proxy_key_file,
+        ) {
+            return invalid(
+                "upstream.frontProxyCertFile/KeyFile",
+                "give both or neither",
+            );
+        }
+        if !pair(
+            &self.upstream.client_cert_file,
+            &self.upstream.client_key_file,
+        ) {
+            return invalid("upstream.clientCertFile/KeyFile", "give both or neither");
+        }
+        let positive = [
+            (
+                "upstream.healthCheck.intervalSeconds",
+                self.upstream.health_check.interval_seconds,
+            ),
+            (
+                "upstream.healthCheck.timeoutSeconds",
+                self.upstream.health_check.timeout_seconds,
+            ),
+            (
+                "timeouts.headerReadSeconds",
+                self.timeouts.header_read_seconds,
+            ),
+            ("timeouts.requestSeconds", self.timeouts.request_seconds),
+            (
+                "timeouts.keepAliveSeconds",
+                self.timeouts.keep_alive_seconds,
+            ),
+            ("timeouts.idleSeconds", self.timeouts.idle_seconds),
+            ("tokenReview.cacheSeconds", self.token_review.cache_seconds),
+            ("patterns.halfLifeSeconds", self.patterns.half_life_seconds),
+            ("patterns.gzipRatio", self.patterns.gzip_ratio),
+            (
+                "patterns.defaultObjectBytes",
+                self.patterns.default_object_bytes,
+            ),
+            (
+                "upstream.metricsScrape.intervalSeconds",
+                self.upstream.metrics_scrape.interval_seconds,
+            ),
+        ];
+        for (field, value) in positive {
+            if !(value.is_finite() && value > 0.0) {
+                return invalid(field, &format!("must be a positive number, got {value}"));
+            }
+        }
+        if !(self.drain.window_seconds.is_finite() && self.drain.window_seconds >= 0.0) {
+            return invalid("drain.windowSeconds", "must be zero or positive");
+        }
+        if self.upstream.max_streams_per_connection == 0 {
+            return invalid("upstream.maxStreamsPerConnection", "must be at least 1");
+        }
+        if self.patterns.capacity == 0 {
+            return invalid("patterns.capacity", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

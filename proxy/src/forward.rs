@@ -1,0 +1,575 @@
+//! Forwarding to the apiservers: the upstream pool (least outstanding
+//! requests among healthy upstreams, periodic health checks, ejection on
+//! connection failure and re-admission after a check or an interval),
+//! hop-by-hop headers (RFC 9110 §7.6.1), and the four clients: with or
+//! without the front-proxy certificate, ALPN h2+http/1.1 or HTTP/1.1 only
+//! (upgrades need HTTP/1.1). HTTP/2 requests are spread over lanes so no
+//! connection carries more streams than the apiserver allows. Health checks
+//! use tollgate's own identity, which forwarded requests never carry.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::header::{self, HeaderName};
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, HealthCheck};
+use crate::tls::{self, TlsError};
+use crate::{Body, Error};
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
+
+/// One apiserver.
+#[derive(Debug)]
+pub struct Upstream {
+    pub url: String,
+    scheme: Scheme,
+    authority: Authority,
+    outstanding: AtomicUsize,
+    healthy: AtomicBool,
+    /// Milliseconds since the pool's epoch when it was ejected.
+    ejected_at_ms: AtomicU64,
+}
+
+impl Upstream {
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// The request URI on this upstream.
+    fn uri(&self, original: &Uri) -> Result<Uri, http::Error> {
+        let pq = original
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/");
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(pq)
+            .build()
+    }
+}
+
+/// Holds one outstanding request on an upstream (and its HTTP/2 stream
+/// slot) until dropped.
+#[derive(Debug)]
+pub struct Outstanding {
+    upstream: Arc<Upstream>,
+    stream: Option<StreamSlot>,
+}
+
+impl Outstanding {
+    pub fn upstream(&self) -> &Arc<Upstream> {
+        &self.upstream
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.upstream.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+// === impl Lanes ===
+
+/// HTTP/2 connections are shared by many streams, and the apiserver caps
+/// streams per connection (250 in 1.20, 100 in recent releases); a stream
+/// past the cap waits for one to end, which for a watch is never. So
+/// requests are spread over lanes, each its own client (its own connection
+/// per upstream) carrying at most `limit` open requests; a new lane opens
+/// when all are full. Lanes are few: concurrent requests / limit.
+#[derive(Debug)]
+pub struct Lanes {
+    config: rustls::ClientConfig,
+    limit: usize,
+    lanes: Mutex<Vec<(HttpClient, Arc<AtomicUsize>)>>,
+}
+
+/// One open request's place in a lane; freed on drop.
+#[derive(Debug)]
+pub struct StreamSlot(Arc<AtomicUsize>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Lanes {
+    fn new(config: rustls::ClientConfig, limit: usize) -> Lanes {
+        Lanes {
+            config,
+            limit: limit.max(1),
+            lanes: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn acquire(&self) -> (HttpClient, StreamSlot) {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        for (client, active) in lanes.iter() {
+            if active.load(Ordering::Relaxed) < self.limit {
+                active.fetch_add(1, Ordering::Relaxed);
+                return (client.clone(), StreamSlot(active.clone()));
+            }
+        }
+        let lane = (
+            http_client(self.config.clone(), true),
+            Arc::new(AtomicUsize::new(1)),
+        );
+        lanes.push(lane.clone());
+        tracing::debug!(lanes = lanes.len(), "opened another upstream lane");
+        (lane.0, StreamSlot(lane.1))
+    }
+
+    pub fn len(&self) -> usize {
+        self.lanes.lock().map(|l| l.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The upstreams and the clients that reach them.
+#[derive(Debug)]
+pub struct UpstreamPool {
+    upstreams: Vec<Arc<Upstream>>,
+    epoch: Instant,
+    retry_after: Duration,
+    anonymous: Lanes,
+    anonymous_h1: HttpClient,
+    front_proxy: Option<(Lanes, HttpClient)>,
+    own: HttpClient,
+    health: HealthCheck,
+    /// tollgate's own bearer token (from a kubeconfig), for its own requests only.
+    own_token: Option<HeaderValue>,
+}
+
+fn http_client(config: rustls::ClientConfig, h2: bool) -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(Duration::from_secs(5)));
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1();
+    let connector = if h2 {
+        builder.enable_http2().wrap_connector(http)
+    } else {
+        builder.wrap_connector(http)
+    };
+    Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .http2_keep_alive_while_idle(true)
+        .build(connector)
+}
+
+impl UpstreamPool {
+    pub fn new(config: &Config) -> Result<UpstreamPool, Error> {
+        let up = &config.upstream;
+        let kube = up
+            .kubeconfig
+            .as_deref()
+            .map(crate::kubeconfig::load)
+            .transpose()?;
+        let kube_origin = up.kubeconfig.clone().unwrap_or_default();
+        let roots = match (&up.ca_file, kube.as_ref().and_then(|k| k.ca_pem.as_ref())) {
+            (Some(file), _) => Some(tls::load_roots(file)?),
+            (None, Some(pem)) => Some(tls::roots_from_pem(pem, &kube_origin)?),
+            (None, None) => None,
+        };
+        let pair = |c: &Option<std::path::PathBuf>,
+                    k: &Option<std::path::PathBuf>|
+         -> Result<_, TlsError> {
+            match (c, k) {
+                (Some(c), Some(k)) => Ok(Some(tls::load_identity(c, k)?)),
+                _ => Ok(None),
+            }
+        };
+        let front = pair(&up.front_proxy_cert_file, &up.front_proxy_key_file)?;
+        let own = match (
+            pair(&up.client_cert_file, &up.client_key_file)?,
+            kube.as_ref().and_then(|k| k.identity_pem.as_ref()),
+        ) {
+            (Some(id), _) => Some(id),
+            (None, Some((cert, key))) => Some(tls::identity_from_pem(cert, key, &kube_origin)?),
+            (None, None) => None,
+        };
+        let own_token = kube
+            .as_ref()
+            .and_then(|k| k.token.as_ref())
+            .and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok())
+            .map(|mut v| {
+                v.set_sensitive(true);
+                v
+            });
+        let anon_cfg = tls::client_config(roots.as_ref(), None)?;
+        let front_proxy = match &front {
+            Some(id) => {
+                let cfg = tls::client_config(roots.as_ref(), Some(id))?;
+                Some((
+                    Lanes::new(cfg.clone(), up.max_streams_per_connection),
+                    http_client(cfg, false),
+                ))
+            }
+            None => None,
+        };
+        let own_cfg = tls::client_config(roots.as_ref(), own.as_ref())?;
+        let mut upstreams = Vec::new();
+        for url in &up.urls {
+            let bad = |reason: &str| Error::Upstream {
+                url: url.clone(),
+                reason: reason.to_string(),
+            };
+            let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
+            let scheme = uri.scheme().cloned().ok_or_else(|| bad("no scheme"))?;
+            let authority = uri.authority().cloned().ok_or_else(|| bad("no host"))?;
+            if scheme == Scheme::HTTPS && roots.is_none() {
+                return Err(bad(
+                    "an https upstream needs --upstream-ca (or a kubeconfig with its CA)",
+                ));
+            }
+            upstreams.push(Arc::new(Upstream {
+                url: url.clone(),
+                scheme,
+                authority,
+                outstanding: AtomicUsize::new(0),
+                healthy: AtomicBool::new(true),
+                ejected_at_ms: AtomicU64::new(0),
+            }));
+        }
+        Ok(UpstreamPool {
+            upstreams,
+            epoch: Instant::now(),
+            retry_after: Duration::from_secs_f64(up.health_check.interval_seconds),
+            anonymous: Lanes::new(anon_cfg.clone(), up.max_streams_per_connection),
+            anonymous_h1: http_client(anon_cfg, false),
+            front_proxy,
+            own: http_client(own_cfg, true),
+            health: up.health_check.clone(),
+            own_token,
+        })
+    }
+
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    pub fn has_front_proxy(&self) -> bool {
+        self.front_proxy.is_some()
+    }
+
+    /// Any upstream healthy.
+    pub fn ready(&self) -> bool {
+        self.upstreams.iter().any(|u| u.is_healthy())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The healthy upstream with the fewest outstanding requests (an ejected
+    /// one is eligible again once the retry interval passed), skipping
+    /// `avoid`; if none is healthy, the least busy of all (fail open).
+    pub fn pick(&self, avoid: Option<&Arc<Upstream>>) -> Option<Outstanding> {
+        let now = self.now_ms();
+        let retry = self.retry_after.as_millis() as u64;
+        let candidates = self
+            .upstreams
+            .iter()
+            .filter(|u| avoid.is_none_or(|a| !Arc::ptr_eq(a, u)));
+        let eligible = |u: &&Arc<Upstream>| {
+            u.is_healthy() || now.saturating_sub(u.ejected_at_ms.load(Ordering::Relaxed)) >= retry
+        };
+        let chosen = candidates
+            .clone()
+            .filter(eligible)
+            .min_by_key(|u| u.outstanding())
+            .or_else(|| candidates.min_by_key(|u| u.outstanding()))?;
+        chosen.outstanding.fetch_add(1, Ordering::Relaxed);
+        Some(Outstanding {
+            upstream: chosen.clone(),
+            stream: None,
+        })
+    }
+
+    /// Take an upstream out of rotation after a connection failure.
+    pub fn eject(&self, upstream: &Upstream) {
+        if upstream.healthy.swap(false, Ordering::Relaxed) {
+            tracing::warn!(upstream = %upstream.url, "upstream ejected");
+        }
+        upstream
+            .ejected_at_ms
+            .store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn restore(&self, upstream: &Upstream) {
+        if !upstream.healthy.swap(true, Ordering::Relaxed) {
+            tracing::info!(upstream = %upstream.url, "upstream healthy again");
+        }
+    }
+
+    /// Send `req` to the upstream `slot` holds: through the front-proxy
+    /// client when `front_proxy`, HTTP/1.1-only when `upgrade`. The stream
+    /// slot stays in `slot` until it is dropped.
+    pub async fn send(
+        &self,
+        slot: &mut Outstanding,
+        mut req: Request<Body>,
+        front_proxy: bool,
+        upgrade: bool,
+    ) -> Result<Response<Incoming>, SendError> {
+        *req.uri_mut() = slot
+            .upstream
+            .uri(req.uri())
+            .map_err(|e| SendError::Build(e.to_string()))?;
+        *req.version_mut() = Version::HTTP_11;
+        let lanes = match (front_proxy, &self.front_proxy, upgrade) {
+            (true, Some((_, h1)), true) => return h1.request(req).await.map_err(SendError::Client),
+            (true, Some((lanes, _)), false) => lanes,
+            (_, _, true) => {
+                return self
+                    .anonymous_h1
+                    .request(req)
+                    .await
+                    .map_err(SendError::Client)
+            }
+            (_, _, false) => &self.anonymous,
+        };
+        let (client, stream) = lanes.acquire();
+        slot.stream = Some(stream);
+        client.request(req).await.map_err(SendError::Client)
+    }
+
+    /// Lanes open toward the apiservers (anonymous and front-proxy).
+    pub fn lanes(&self) -> usize {
+        self.anonymous.len() + self.front_proxy.as_ref().map_or(0, |f| f.0.len())
+    }
+
+    /// Check every upstream each interval until `stop`.
+    pub async fn health_loop(self: Arc<Self>, stop: CancellationToken) {
+        if !self.health.enabled {
+            return;
+        }
+        let interval = Duration::from_secs_f64(self.health.interval_seconds);
+        loop {
+            for u in &self.upstreams {
+                let ok = self.check(u).await;
+                if ok {
+                    self.restore(u);
+                } else {
+                    self.eject(u);
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    }
+
+    async fn check(&self, u: &Upstream) -> bool {
+        let timeout = Duration::from_secs_f64(self.health.timeout_seconds);
+        match self.own_get(u, &self.health.path, 1 << 20, timeout).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(upstream = %u.url, error = %e, "health check failed");
+                false
+            }
+        }
+    }
+
+    /// GET `path` on `u` with tollgate's own identity; the body (at most
+    /// `limit` bytes) of a 2xx response, or why not.
+    pub async fn own_get(
+        &self,
+        u: &Upstream,
+        path: &str,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<bytes::Bytes, String> {
+        self.own_request(u, http::Method::GET, path, None, limit, timeout)
+            .await
+    }
+
+    /// A request of tollgate's own (health check, scrape, TokenReview),
+    /// with its own identity and an optional JSON body.
+    pub async fn own_request(
+        &self,
+        u: &Upstream,
+        method: http::Method,
+        path: &str,
+        json: Option<bytes::Bytes>,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<bytes::Bytes, String> {
+        use http_body_util::{BodyExt, Limited};
+        let uri = format!("{}{}", u.url.trim_end_matches('/'), path)
+            .parse::<Uri>()
+            .map_err(|e| e.to_string())?;
+        let mut req = Request::builder().method(method).uri(uri);
+        if json.is_some() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        let mut req = req
+            .body(crate::status::full(json.unwrap_or_default()))
+            .map_err(|e| e.to_string())?;
+        if let Some(token) = &self.own_token {
+            req.headers_mut()
+                .insert(header::AUTHORIZATION, token.clone());
+        }
+        let fetch = async {
+            let resp = self.own.request(req).await.map_err(|e| e.to_string())?;
+            if !resp.status().is_success() {
+                return Err(format!("status {}", resp.status()));
+            }
+            let body = Limited::new(resp.into_body(), limit).collect().await;
+            body.map(|b| b.to_bytes()).map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(timeout, fetch)
+            .await
+            .map_err(|_| "timed out".to_string())?
+    }
+}
+
+/// Why a request did not reach an upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("cannot build the upstream request: {0}")]
+    Build(String),
+    #[error("upstream request failed")]
+    Client(#[source] hyper_util::client::legacy::Error),
+}
+
+/// Headers that belong to one connection and are never forwarded.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Is this an HTTP/1.1 upgrade request (SPDY, WebSocket)?
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Remove hop-by-hop headers, including those the Connection header names.
+/// For an upgrade, `Connection: Upgrade` and `Upgrade` are kept.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = connection_tokens(headers)
+        .filter(|t| !(upgrade && t.eq_ignore_ascii_case("upgrade")))
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    } else {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(urls: &[&str]) -> UpstreamPool {
+        let mut config = Config::default();
+        config.upstream.urls = urls.iter().map(|s| s.to_string()).collect();
+        UpstreamPool::new(&config).expect("pool")
+    }
+
+    #[test]
+    fn least_outstanding_and_ejection() {
+        let p = pool(&["http://127.0.0.1:1", "http://127.0.0.1:2"]);
+        let a = p.pick(None).expect("one");
+        let b = p.pick(None).expect("two");
+        assert!(!Arc::ptr_eq(a.upstream(), b.upstream()), "spread over both");
+        drop(b);
+        let c = p.pick(None).expect("three");
+        assert!(!Arc::ptr_eq(a.upstream(), c.upstream()), "the idle one");
+        p.eject(c.upstream());
+        let d = p.pick(None).expect("four");
+        assert!(
+            Arc::ptr_eq(a.upstream(), d.upstream()),
+            "ejected one skipped"
+        );
+        assert_eq!(a.upstream().outstanding(), 2);
+        let e = p
+            .pick(Some(a.upstream()))
+            .expect("fail open to the ejected one");
+        assert!(Arc::ptr_eq(c.upstream(), e.upstream()));
+        assert!(p.ready());
+    }
+
+    #[test]
+    fn https_without_ca_is_refused() {
+        let mut config = Config::default();
+        config.upstream.urls = vec!["https://127.0.0.1:1".into()];
+        assert!(UpstreamPool::new(&config).is_err());
+    }
+
+    #[test]
+    fn hop_by_hop_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-custom"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-custom", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("upgrade", HeaderValue::from_static("h2c"));
+        h.insert("accept-encoding", HeaderValue::from_static("gzip"));
+        assert!(!is_upgrade(&h));
+        strip_hop_by_hop(&mut h, false);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["accept-encoding"]);
+
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("Upgrade"));
+        h.insert("upgrade", HeaderValue::from_static("SPDY/3.1"));
+        assert!(is_upgrade(&h));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h["connection"], "Upgrade");
+        assert_eq!(h["upgrade"], "SPDY/3.1");
+    }
+}

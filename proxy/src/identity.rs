@@ -1,0 +1,365 @@
+//! Who the client is, and what identity the apiserver gets.
+//!
+//! - A verified client certificate: user = CN, groups = O, as kube-apiserver
+//!   reads them. Forwarded through the front-proxy mechanism: tollgate's
+//!   front-proxy certificate plus `X-Remote-User` / `X-Remote-Group`.
+//! - A bearer token: forwarded as is; known to tollgate only by a hash (never
+//!   the token in logs or metrics) and, for service-account JWTs, by the
+//!   unverified `sub` claim (classification only, never authorization).
+//! - Nothing: forwarded without credentials, so the apiserver sees anonymous.
+//!
+//! `X-Remote-*` headers sent by clients are always stripped; `Impersonate-*`
+//! headers are forwarded (the apiserver authorizes impersonation itself).
+
+use base64::Engine;
+use http::header::{AUTHORIZATION, USER_AGENT};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use rustls::pki_types::CertificateDer;
+use sha2::{Digest, Sha256};
+
+/// How the client authenticated, as far as tollgate can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// A client certificate verified against the client CA.
+    Certificate { user: String, groups: Vec<String> },
+    /// A bearer token: first 16 hex digits of its SHA-256, and who it
+    /// belongs to if known: the service account its unverified JWT claims
+    /// name, or (verified) what a TokenReview said.
+    Token {
+        hash: String,
+        user: Option<String>,
+        groups: Vec<String>,
+    },
+    /// No certificate, no token.
+    Anonymous,
+}
+
+/// A bounded classification of clients, part of the pattern key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ClientClass {
+    /// Kubelets: `system:node:*` or group `system:nodes`.
+    Node,
+    /// Control-plane components: controller-manager, scheduler, apiserver.
+    ControlPlane,
+    /// `system:serviceaccount:*`.
+    ServiceAccount,
+    /// Anyone else who presented credentials.
+    User,
+    /// No credentials.
+    Anonymous,
+}
+
+/// The client as seen by the handler.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub identity: Identity,
+    pub user_agent: String,
+}
+
+impl ClientClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientClass::Node => "node",
+            ClientClass::ControlPlane => "controlPlane",
+            ClientClass::ServiceAccount => "serviceAccount",
+            ClientClass::User => "user",
+            ClientClass::Anonymous => "anonymous",
+        }
+    }
+}
+
+impl Identity {
+    /// Identity of a request: the verified peer certificate wins, then a bearer token.
+    pub fn of(peer_cert: Option<&PeerCertificate>, headers: &HeaderMap) -> Identity {
+        if let Some(cert) = peer_cert {
+            return Identity::Certificate {
+                user: cert.user.clone(),
+                groups: cert.groups.clone(),
+            };
+        }
+        match bearer_token(headers) {
+            Some(token) => Identity::Token {
+                hash: token_hash(token),
+                user: service_account_claim(token),
+                groups: Vec::new(),
+            },
+            None => Identity::Anonymous,
+        }
+    }
+
+    /// A name safe for logs and debug output (never a token).
+    pub fn display_name(&self) -> String {
+        match self {
+            Identity::Certificate { user, .. } => format!("user:{user}"),
+            Identity::Token {
+                user: Some(user),
+                hash,
+                ..
+            } => format!("{user} (token {hash})"),
+            Identity::Token { hash, .. } => format!("token:{hash}"),
+            Identity::Anonymous => "anonymous".into(),
+        }
+    }
+
+    /// The bounded class used in pattern keys and lanes.
+    pub fn class(&self) -> ClientClass {
+        let class_of_user = |user: &str, groups: &[String]| {
+            if user.starts_with("system:node:") || groups.iter().any(|g| g == "system:nodes") {
+                ClientClass::Node
+            } else if user.starts_with("system:serviceaccount:") {
+                ClientClass::ServiceAccount
+            } else if matches!(
+                user,
+                "system:kube-controller-manager" | "system:kube-scheduler" | "system:apiserver"
+            ) {
+                ClientClass::ControlPlane
+            } else {
+                ClientClass::User
+            }
+        };
+        match self {
+            Identity::Certificate { user, groups } => class_of_user(user, groups),
+            Identity::Token {
+                user: Some(user),
+                groups,
+                ..
+            } => class_of_user(user, groups),
+            Identity::Token { .. } => ClientClass::User,
+            Identity::Anonymous => ClientClass::Anonymous,
+        }
+    }
+
+    /// Take what a TokenReview said about this token.
+    pub fn set_reviewed(&mut self, reviewed_user: &str, reviewed_groups: &[String]) {
+        if let Identity::Token { user, groups, .. } = self {
+            *user = Some(reviewed_user.to_string());
+            *groups = reviewed_groups.to_vec();
+        }
+    }
+
+    /// Whether the request must go through the front-proxy client.
+    pub fn needs_front_proxy(&self) -> bool {
+        matches!(self, Identity::Certificate { .. })
+    }
+}
+
+impl Client {
+    /// Identity and user-agent product (`kubectl`, `kubelet`), for debug
+    /// output; never a token.
+    pub fn display_name(&self) -> String {
+        let product = self.user_agent.split(['/', ' ']).next().unwrap_or("");
+        if product.is_empty() {
+            self.identity.display_name()
+        } else {
+            format!("{} ({product})", self.identity.display_name())
+        }
+    }
+
+    pub fn of(peer_cert: Option<&PeerCertificate>, headers: &HeaderMap) -> Client {
+        let user_agent = headers
+            .get(USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .chars()
+            .take(128)
+            .collect();
+        Client {
+            identity: Identity::of(peer_cert, headers),
+            user_agent,
+        }
+    }
+}
+
+/// User and groups read from a verified client certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCertificate {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl PeerCertificate {
+    /// CN as user, every O as a group. `None` if the certificate does not
+    /// parse or has no CN (the apiserver rejects those too).
+    pub fn from_der(der: &CertificateDer<'_>) -> Option<PeerCertificate> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+        let subject = cert.subject();
+        let user = subject
+            .iter_common_name()
+            .next()?
+            .as_str()
+            .ok()?
+            .to_string();
+        let groups = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok().map(str::to_string))
+            .collect();
+        Some(PeerCertificate { user, groups })
+    }
+}
+
+/// Remove client-sent `X-Remote-*` headers, then add the front-proxy headers
+/// for a certificate identity when `front_proxy` is set.
+pub fn rewrite_identity_headers(headers: &mut HeaderMap, identity: &Identity, front_proxy: bool) {
+    let spoofed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("x-remote-"))
+        .cloned()
+        .collect();
+    for name in spoofed {
+        headers.remove(&name);
+    }
+    if let (true, Identity::Certificate { user, groups }) = (front_proxy, identity) {
+        if let Ok(v) = HeaderValue::from_str(user) {
+            headers.insert("x-remote-user", v);
+        }
+        for group in groups {
+            if let Ok(v) = HeaderValue::from_str(group) {
+                headers.append("x-remote-group", v);
+            }
+        }
+    }
+}
+
+/// The bearer token of an `Authorization: Bearer …` header.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// First 16 hex digits of the token's SHA-256.
+pub fn token_hash(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `sub` claim of a service-account JWT, read without verification.
+pub fn service_account_claim(token: &str) -> Option<String> {
+    let mut parts = token.split('.');
+    let (_header, payload, _sig) = (parts.next()?, parts.next()?, parts.next()?);
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let sub = claims.get("sub")?.as_str()?;
+    sub.starts_with("system:serviceaccount:")
+        .then(|| sub.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).expect("value"));
+        }
+        h
+    }
+
+    #[test]
+    fn token_is_hashed_never_kept() {
+        let h = headers(&[("authorization", "Bearer secret-token")]);
+        let id = Identity::of(None, &h);
+        let Identity::Token { hash, user, .. } = &id else {
+            panic!("{id:?}")
+        };
+        assert_eq!(hash.len(), 16);
+        assert_eq!(user, &None);
+        assert!(!id.display_name().contains("secret"));
+        assert_eq!(id.class(), ClientClass::User);
+    }
+
+    #[test]
+    fn service_account_jwt_is_classified() {
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(br#"{"sub":"system:serviceaccount:kube-system:coredns"}"#);
+        let token = format!("eyJhbGciOiJSUzI1NiJ9.{payload}.sig");
+        let h = headers(&[("authorization", &format!("Bearer {token}"))]);
+        let id = Identity::of(None, &h);
+        assert_eq!(id.class(), ClientClass::ServiceAccount);
+        assert!(id
+            .display_name()
+            .starts_with("system:serviceaccount:kube-system:coredns"));
+    }
+
+    #[test]
+    fn display_name_adds_the_user_agent_product() {
+        let h = headers(&[("user-agent", "kubectl/v1.34.0 (linux/amd64) kubernetes/abc")]);
+        assert_eq!(Client::of(None, &h).display_name(), "anonymous (kubectl)");
+        assert_eq!(
+            Client::of(None, &HeaderMap::new()).display_name(),
+            "anonymous"
+        );
+    }
+
+    #[test]
+    fn a_token_review_names_the_user() {
+        let mut id = Identity::of(None, &headers(&[("authorization", "Bearer opaque")]));
+        assert_eq!(id.class(), ClientClass::User);
+        id.set_reviewed("system:node:n1", &["system:nodes".to_string()]);
+        assert_eq!(id.class(), ClientClass::Node);
+        assert!(id.display_name().starts_with("system:node:n1 (token "));
+        let mut anon = Identity::Anonymous;
+        anon.set_reviewed("x", &[]);
+        assert_eq!(anon, Identity::Anonymous);
+    }
+
+    #[test]
+    fn certificate_wins_and_classes() {
+        let node = PeerCertificate {
+            user: "system:node:n1".into(),
+            groups: vec!["system:nodes".into()],
+        };
+        let id = Identity::of(Some(&node), &headers(&[("authorization", "Bearer t")]));
+        assert_eq!(id.class(), ClientClass::Node);
+        assert!(id.needs_front_proxy());
+        assert_eq!(Identity::of(None, &HeaderMap::new()), Identity::Anonymous);
+        assert_eq!(Identity::Anonymous.class(), ClientClass::Anonymous);
+    }
+
+    #[test]
+    fn spoofed_remote_headers_are_stripped_and_replaced() {
+        let mut h = headers(&[
+            ("x-remote-user", "admin"),
+            ("x-remote-group", "system:masters"),
+            ("x-remote-extra-scopes", "x"),
+            ("impersonate-user", "bob"),
+        ]);
+        rewrite_identity_headers(&mut h, &Identity::Anonymous, true);
+        assert!(h.get("x-remote-user").is_none());
+        assert!(h.get("x-remote-group").is_none());
+        assert!(h.get("x-remote-extra-scopes").is_none());
+        assert_eq!(
+            h.get("impersonate-user").map(|v| v.as_bytes()),
+            Some(&b"bob"[..])
+        );
+
+        let mut h = headers(&[("x-remote-user", "admin")]);
+        let id = Identity::Certificate {
+            user: "alice".into(),
+            groups: vec!["dev".into(), "ops".into()],
+        };
+        rewrite_identity_headers(&mut h, &id, true);
+        assert_eq!(
+            h.get("x-remote-user").map(|v| v.as_bytes()),
+            Some(&b"alice"[..])
+        );
+        let groups: Vec<_> = h
+            .get_all("x-remote-group")
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        assert_eq!(groups, vec![&b"dev"[..], &b"ops"[..]]);
+
+        let mut h = HeaderMap::new();
+        rewrite_identity_headers(&mut h, &id, false);
+        assert!(
+            h.is_empty(),
+            "no front proxy configured: no identity headers"
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! `tollgate`: parse flags, load the configuration before binding anything,
+//! then run the library until SIGTERM/SIGINT; SIGHUP reloads the file.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio::signal::unix::{signal, SignalKind};
+use tollgate::{Config, Flags, Gateway};
+
+/// A streaming reverse proxy for kube-apiserver that learns what heavy LISTs cost.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    flags: Flags,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check the configuration (same file and flags as a real start) without starting
+    CheckConfig {
+        #[command(flatten)]
+        flags: Flags,
+    },
+}
+
+/// How often the configuration file is checked for changes.
+const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// When the configuration file was last modified, if there is one.
+fn modified(flags: &Flags) -> Option<std::time::SystemTime> {
+    let path = flags.config.as_ref()?;
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Exit code for a configuration that cannot be used (EX_CONFIG-like, as linkerd uses 64).
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::CheckConfig { flags }) => match check(&flags) {
+            Ok(()) => {
+                println!("configuration OK");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        None => {
+            let config = match Config::load(&cli.flags) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            match run(config, cli.flags) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn check(flags: &Flags) -> anyhow::Result<()> {
+    let config = Config::load(flags)?;
+    Gateway::new(config).context("loading certificates and upstreams")?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
+    tollgate::install_crypto_provider();
+    let gateway = Gateway::new(config.clone())?;
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let admin = match &config.admin_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding admin {addr}"))?,
+        ),
+        None => None,
+    };
+    let admin_addr = admin.as_ref().and_then(|a| a.local_addr().ok());
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        admin = ?admin_addr,
+        upstreams = ?config.upstream.urls,
+        "tollgate started"
+    );
+
+    // SIGHUP, or a change of the file, reloads; a bad file keeps the running config.
+    let mut hup = signal(SignalKind::hangup())?;
+    let reloader = gateway.clone();
+    tokio::spawn(async move {
+        let mut seen = modified(&flags);
+        let mut tick = tokio::time::interval(FILE_POLL);
+        loop {
+            tokio::select! {
+                s = hup.recv() => if s.is_none() { return },
+                _ = tick.tick() => {
+                    let now = modified(&flags);
+                    if now == seen {
+                        continue;
+                    }
+                    seen = now;
+                    tracing::info!("configuration file changed");
+                }
+            }
+            reloader.reload_from(Config::load(&flags));
+        }
+    });
+    let mut term = signal(SignalKind::terminate())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    gateway.serve(listener, admin, shutdown).await;
+    Ok(())
+}

@@ -1,0 +1,565 @@
+//! The pattern cache and cost predictor. Pure: no I/O, no clock; `now` is
+//! passed in, so tests advance time by hand and get exact numbers.
+//!
+//! Per pattern it keeps exponentially decayed statistics (half-life
+//! configurable): a weighted mean and a log-bucket histogram of response
+//! bytes (uncompressed estimate) and latency, a decayed request count (→ rate),
+//! and plain counts. Per (resource, scope) it keeps a prior learned from
+//! observed full LISTs, so an unseen pattern gets a sensible prediction from
+//! its first request and a filtered LIST is charged for what the apiserver
+//! reads.
+//!
+//! Cost, following Tess.IO's model, is bytes the apiserver reads from etcd
+//! plus bytes it sends: `cost = response_bytes + read_bytes`, where
+//! `read_bytes` is zero when the consistency class is served from the watch
+//! cache, the response itself for an unfiltered etcd read, and the whole
+//! resource (the prior) for a filtered etcd read.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use apimodel::request::Scope;
+use apimodel::ConsistencyClass;
+use tokio::time::Instant;
+
+use crate::config::{Patterns, Store};
+use crate::decay::decay_factor;
+pub use crate::decay::DecayedHistogram;
+use crate::pattern::{PatternKey, PatternVerb};
+
+/// Most clients remembered per pattern.
+const TOP_CLIENTS: usize = 5;
+
+// === impl PatternStats ===
+
+/// What is known about one pattern.
+#[derive(Debug, Clone)]
+pub struct PatternStats {
+    last: Instant,
+    /// Decayed number of requests (→ rate).
+    weight: f64,
+    /// Decayed weight and sum of responses whose bytes were learned.
+    bytes_weight: f64,
+    bytes_sum: f64,
+    bytes_hist: DecayedHistogram,
+    latency_weight: f64,
+    latency_sum_ms: f64,
+    latency_hist: DecayedHistogram,
+    pub count: u64,
+    pub errors: u64,
+    pub cancelled: u64,
+    pub rejected: u64,
+    clients: Vec<(String, f64)>,
+}
+
+impl PatternStats {
+    fn new(now: Instant) -> Self {
+        PatternStats {
+            last: now,
+            weight: 0.0,
+            bytes_weight: 0.0,
+            bytes_sum: 0.0,
+            bytes_hist: DecayedHistogram::default(),
+            latency_weight: 0.0,
+            latency_sum_ms: 0.0,
+            latency_hist: DecayedHistogram::default(),
+            count: 0,
+            errors: 0,
+            cancelled: 0,
+            rejected: 0,
+            clients: Vec::new(),
+        }
+    }
+
+    fn decay_to(&mut self, now: Instant, half_life: f64) {
+        let f = decay_factor(now.saturating_duration_since(self.last), half_life);
+        if f < 1.0 {
+            self.weight *= f;
+            self.bytes_weight *= f;
+            self.bytes_sum *= f;
+            self.bytes_hist.scale(f);
+            self.latency_weight *= f;
+            self.latency_sum_ms *= f;
+            self.latency_hist.scale(f);
+            for c in &mut self.clients {
+                c.1 *= f;
+            }
+        }
+        self.last = self.last.max(now);
+    }
+
+    /// Decayed mean of response bytes, if any were learned.
+    pub fn bytes_mean(&self) -> Option<f64> {
+        (self.bytes_weight > 1e-9).then(|| self.bytes_sum / self.bytes_weight)
+    }
+
+    pub fn bytes_p95(&self) -> f64 {
+        self.bytes_hist.quantile(0.95)
+    }
+
+    pub fn latency_mean_ms(&self) -> Option<f64> {
+        (self.latency_weight > 1e-9).then(|| self.latency_sum_ms / self.latency_weight)
+    }
+
+    pub fn latency_p99_ms(&self) -> f64 {
+        self.latency_hist.quantile(0.99)
+    }
+
+    /// Requests per second: with half-life `h`, a steady rate `r` keeps the
+    /// decayed count at `r·h/ln 2`.
+    pub fn rate(&self, half_life: f64) -> f64 {
+        self.weight * std::f64::consts::LN_2 / half_life
+    }
+
+    pub fn top_clients(&self) -> Vec<String> {
+        let mut c = self.clients.clone();
+        c.sort_by(|a, b| b.1.total_cmp(&a.1));
+        c.into_iter().map(|c| c.0).collect()
+    }
+
+    fn note_client(&mut self, client: &str) {
+        if let Some(c) = self.clients.iter_mut().find(|c| c.0 == client) {
+            c.1 += 1.0;
+        } else if self.clients.len() < TOP_CLIENTS {
+            self.clients.push((client.to_string(), 1.0));
+        } else if let Some(min) = self.clients.iter_mut().min_by(|a, b| a.1.total_cmp(&b.1)) {
+            // Replace the least frequent, keeping its weight (space-saving).
+            *min = (client.to_string(), min.1 + 1.0);
+        }
+    }
+}
+
+// === impl ResourcePrior ===
+
+/// What a full LIST of a resource (in a scope) returns, learned from observed ones.
+#[derive(Debug, Clone)]
+pub struct ResourcePrior {
+    last: Instant,
+    plain_weight: f64,
+    plain_sum: f64,
+    gzip_weight: f64,
+    gzip_sum: f64,
+}
+
+impl ResourcePrior {
+    fn decay_to(&mut self, now: Instant, half_life: f64) {
+        // Priors decay four times slower than patterns: resources change size slowly.
+        let f = decay_factor(now.saturating_duration_since(self.last), half_life * 4.0);
+        self.plain_weight *= f;
+        self.plain_sum *= f;
+        self.gzip_weight *= f;
+        self.gzip_sum *= f;
+        self.last = self.last.max(now);
+    }
+
+    /// Uncompressed/compressed, once both kinds of full LIST were seen.
+    fn gzip_ratio(&self) -> Option<f64> {
+        (self.plain_weight > 1e-9 && self.gzip_weight > 1e-9 && self.gzip_sum > 0.0)
+            .then(|| (self.plain_sum / self.plain_weight) / (self.gzip_sum / self.gzip_weight))
+    }
+}
+
+// === impl PatternCache ===
+
+/// How a response ended, as the counting body saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The body was sent whole.
+    End,
+    /// The upstream or the stream failed.
+    Error,
+    /// The client went away first.
+    Cancelled,
+}
+
+/// One finished request, as the cache learns it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub status: u16,
+    /// Bytes on the wire (compressed if `gzip`).
+    pub bytes: u64,
+    pub gzip: bool,
+    pub latency: Duration,
+    pub completion: Completion,
+    /// A full LIST (no selector, limit or continue): teaches the resource prior.
+    pub full_list: bool,
+    /// Display name of the client (never a token).
+    pub client: String,
+    /// For a streaming list: the bytes of its initial state, if its end was seen.
+    pub initial_bytes: Option<u64>,
+}
+
+/// Where a prediction came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Source {
+    Pattern,
+    Prior,
+    Default,
+}
+
+/// A predicted cost in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prediction {
+    /// Bytes the response will carry (uncompressed).
+    pub response_bytes: f64,
+    /// Bytes the apiserver reads from etcd to serve it.
+    pub read_bytes: f64,
+    pub source: Source,
+}
+
+impl Prediction {
+    pub fn cost(&self) -> f64 {
+        self.response_bytes + self.read_bytes
+    }
+}
+
+/// A learned pattern as `/debug/patterns` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PatternView {
+    pub pattern: String,
+    pub verb: String,
+    pub resource: String,
+    pub scope: String,
+    pub consistency: Option<String>,
+    /// For LISTs: the store assumed to serve it (`watchCache`, `etcd`).
+    pub store: Option<Store>,
+    pub count: u64,
+    pub rate: f64,
+    pub bytes_avg: f64,
+    pub bytes_p95: f64,
+    pub predicted_cost: f64,
+    pub latency_p99_ms: f64,
+    pub rejected: u64,
+    pub top_clients: Vec<String>,
+}
+
+/// The bounded pattern cache with its resource priors.
+#[derive(Debug)]
+pub struct PatternCache {
+    settings: Patterns,
+    patterns: HashMap<PatternKey, PatternStats>,
+    priors: HashMap<(String, Scope), ResourcePrior>,
+    /// Object counts per resource scraped from the apiserver's metrics, and
+    /// bytes per object learned from full cluster LISTs.
+    objects: HashMap<String, ObjectCount>,
+    /// Consistent LISTs forwarded per resource, ever: evidence for [`Self::learn_store`].
+    consistent_lists: HashMap<String, u64>,
+    /// Which store serves consistent LISTs of a resource, as learned.
+    learned_store: HashMap<String, Store>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ObjectCount {
+    count: f64,
+    bytes_per_object: Option<f64>,
+}
+
+impl PatternCache {
+    pub fn new(settings: Patterns) -> Self {
+        PatternCache {
+            settings,
+            patterns: HashMap::new(),
+            priors: HashMap::new(),
+            objects: HashMap::new(),
+            consistent_lists: HashMap::new(),
+            learned_store: HashMap::new(),
+        }
+    }
+
+    /// Take new settings (a reload); learned statistics are kept.
+    pub fn set_settings(&mut self, settings: Patterns) {
+        self.settings = settings;
+    }
+
+    pub fn len(&self) -> usize {
+        self.patterns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    pub fn get(&self, key: &PatternKey) -> Option<&PatternStats> {
+        self.patterns.get(key)
+    }
+
+    /// The store serving a pattern: configured per consistency class; for
+    /// consistent reads, what was learned for the resource wins.
+    pub fn store(&self, key: &PatternKey) -> Store {
+        match key.consistency {
+            Some(ConsistencyClass::Cache) | None => self.settings.cache_store,
+            Some(ConsistencyClass::Consistent) => self
+                .learned_store
+                .get(&key.resource)
+                .copied()
+                .unwrap_or(self.settings.consistent_store),
+            Some(ConsistencyClass::Exact) => self.settings.exact_store,
+        }
+    }
+
+    /// Consistent LISTs forwarded so far, per resource.
+    pub fn consistent_lists(&self) -> &HashMap<String, u64> {
+        &self.consistent_lists
+    }
+
+    /// Learn which store serves consistent LISTs of `resource` from the
+    /// apiserver's count of LISTs served from etcd (`storage_lists`) over an
+    /// interval in which tollgate forwarded `consistent` consistent LISTs of
+    /// it. Other clients only add etcd LISTs, so far fewer etcd LISTs than
+    /// consistent ones means the watch cache served them (1.31+). Needs at
+    /// least `MIN_EVIDENCE` requests; returns what was learned.
+    pub fn learn_store(
+        &mut self,
+        resource: &str,
+        storage_lists: f64,
+        consistent: u64,
+    ) -> Option<Store> {
+        const MIN_EVIDENCE: u64 = 5;
+        if consistent < MIN_EVIDENCE || !storage_lists.is_finite() || storage_lists < 0.0 {
+            return None;
+        }
+        let store = if storage_lists < 0.5 * consistent as f64 {
+            Store::WatchCache
+        } else {
+            Store::Etcd
+        };
+        self.learned_store.insert(resource.to_string(), store);
+        Some(store)
+    }
+
+    /// What a full LIST of the key's resource returns: the decayed mean of
+    /// observed ones, else (cluster scope) the scraped object count times the
+    /// learned (or default) bytes per object.
+    pub fn prior_bytes(&self, key: &PatternKey) -> Option<f64> {
+        let learned = self.priors.get(&key.prior_key()).and_then(|p| {
+            let plain = (p.plain_weight > 1e-9).then(|| p.plain_sum / p.plain_weight);
+            let gzip =
+                (p.gzip_weight > 1e-9).then(|| p.gzip_sum / p.gzip_weight * self.gzip_ratio(key));
+            plain.or(gzip)
+        });
+        learned.or_else(|| {
+            if key.scope != Scope::Cluster {
+                return None;
+            }
+            let o = self.objects.get(&key.resource)?;
+            Some(
+                o.count
+                    * o.bytes_per_object
+                        .unwrap_or(self.settings.default_object_bytes),
+            )
+        })
+    }
+
+    /// Record how many objects of `resource` (`pods`, `apps/deployments`) the
+    /// apiserver stores, as its metrics say.
+    pub fn set_object_count(&mut self, resource: &str, count: f64) {
+        if !(count.is_finite() && count >= 0.0) {
+            return;
+        }
+        self.objects
+            .entry(resource.to_string())
+            .and_modify(|o| o.count = count)
+            .or_insert(ObjectCount {
+                count,
+                bytes_per_object: None,
+            });
+    }
+
+    fn gzip_ratio(&self, key: &PatternKey) -> f64 {
+        self.priors
+            .get(&key.prior_key())
+            .and_then(ResourcePrior::gzip_ratio)
+            .unwrap_or(self.settings.gzip_ratio)
+    }
+
+    /// Predict what a request of this pattern will cost. Pure; `now` only
+    /// ages the statistics read.
+    pub fn predict(&self, key: &PatternKey, _now: Instant) -> Prediction {
+        let learned = self.patterns.get(key).and_then(PatternStats::bytes_mean);
+        let prior = if key.is_list_like() {
+            self.prior_bytes(key)
+        } else {
+            None
+        };
+        let (response_bytes, source) = match (key.verb, learned, prior) {
+            (_, Some(b), _) => (b, Source::Pattern),
+            (_, None, Some(p)) => (p, Source::Prior),
+            (_, None, None) if key.is_list_like() => {
+                (self.settings.default_list_bytes, Source::Default)
+            }
+            (_, None, None) => (self.settings.default_request_bytes, Source::Default),
+        };
+        let read_bytes = if !key.is_list_like() || self.store(key) == Store::WatchCache {
+            0.0
+        } else if key.has_selector() {
+            prior
+                .unwrap_or(self.settings.default_list_bytes)
+                .max(response_bytes)
+        } else {
+            response_bytes
+        };
+        Prediction {
+            response_bytes,
+            read_bytes,
+            source,
+        }
+    }
+
+    /// Learn from a finished request.
+    pub fn observe(&mut self, key: &PatternKey, outcome: &Outcome, now: Instant) {
+        let half_life = self.settings.half_life_seconds;
+        let ratio = self.gzip_ratio(key);
+        // A full LIST, or the initial state of an unfiltered streaming list.
+        let full_state = match (key.verb, outcome.initial_bytes) {
+            (PatternVerb::WatchList, Some(initial)) if !key.has_selector() => Some(initial),
+            (PatternVerb::WatchList, _) => None,
+            _ => (outcome.full_list
+                && outcome.completion == Completion::End
+                && is_success(outcome.status))
+            .then_some(outcome.bytes),
+        };
+        if let Some(full_bytes) = full_state {
+            let prior = self.priors.entry(key.prior_key()).or_insert(ResourcePrior {
+                last: now,
+                plain_weight: 0.0,
+                plain_sum: 0.0,
+                gzip_weight: 0.0,
+                gzip_sum: 0.0,
+            });
+            prior.decay_to(now, half_life);
+            if outcome.gzip {
+                prior.gzip_weight += 1.0;
+                prior.gzip_sum += full_bytes as f64;
+            } else {
+                prior.plain_weight += 1.0;
+                prior.plain_sum += full_bytes as f64;
+            }
+            let uncompressed = if outcome.gzip {
+                full_bytes as f64 * ratio
+            } else {
+                full_bytes as f64
+            };
+            match self.objects.get_mut(&key.resource) {
+                Some(o) if key.scope == Scope::Cluster && o.count >= 1.0 => {
+                    o.bytes_per_object = Some(uncompressed / o.count);
+                }
+                _ => {}
+            }
+        }
+        if !self.patterns.contains_key(key) && self.patterns.len() >= self.settings.capacity {
+            self.evict(now);
+        }
+        let stats = self
+            .patterns
+            .entry(key.clone())
+            .or_insert_with(|| PatternStats::new(now));
+        stats.decay_to(now, half_life);
+        stats.weight += 1.0;
+        stats.count += 1;
+        stats.note_client(&outcome.client);
+        if key.verb == PatternVerb::Api(apimodel::Verb::List)
+            && key.consistency == Some(ConsistencyClass::Consistent)
+        {
+            *self
+                .consistent_lists
+                .entry(key.resource.clone())
+                .or_default() += 1;
+        }
+        let scale = |b: u64| {
+            if outcome.gzip {
+                b as f64 * ratio
+            } else {
+                b as f64
+            }
+        };
+        let complete = outcome.completion == Completion::End && is_success(outcome.status);
+        // A watch-list's stream goes on after its initial state: only the
+        // initial state (when its end was seen) is its size as a LIST.
+        let sample = match key.verb {
+            PatternVerb::WatchList => outcome.initial_bytes.map(scale),
+            _ => complete.then(|| scale(outcome.bytes)),
+        };
+        if let Some(bytes) = sample {
+            stats.bytes_weight += 1.0;
+            stats.bytes_sum += bytes;
+            stats.bytes_hist.add(bytes, 1.0);
+        }
+        if complete && key.verb != PatternVerb::WatchList {
+            let ms = outcome.latency.as_secs_f64() * 1000.0;
+            stats.latency_weight += 1.0;
+            stats.latency_sum_ms += ms;
+            stats.latency_hist.add(ms, 1.0);
+        }
+        match outcome.completion {
+            Completion::End => stats.errors += u64::from(outcome.status >= 500),
+            Completion::Error => stats.errors += 1,
+            Completion::Cancelled => stats.cancelled += 1,
+        }
+    }
+
+    /// How much a pattern matters: predicted cost times rate, with a floor
+    /// on the rate so a heavy pattern seen once is not the first to go.
+    fn heat(&self, key: &PatternKey, stats: &PatternStats) -> f64 {
+        let rate = stats.rate(self.settings.half_life_seconds).max(1e-6);
+        self.predict(key, stats.last).cost() * rate
+    }
+
+    /// Drop the coldest 10% (at least one pattern).
+    fn evict(&mut self, now: Instant) {
+        let half_life = self.settings.half_life_seconds;
+        for stats in self.patterns.values_mut() {
+            stats.decay_to(now, half_life);
+        }
+        let mut scored: Vec<(f64, PatternKey)> = self
+            .patterns
+            .iter()
+            .map(|(k, s)| (self.heat(k, s), k.clone()))
+            .collect();
+        scored.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let n = (self.patterns.len() / 10).max(1);
+        for (_, key) in scored.into_iter().take(n) {
+            self.patterns.remove(&key);
+        }
+    }
+
+    /// Every pattern, heaviest (highest predicted cost) first.
+    pub fn snapshot(&self, now: Instant) -> Vec<PatternView> {
+        let half_life = self.settings.half_life_seconds;
+        let mut views: Vec<PatternView> = self
+            .patterns
+            .iter()
+            .map(|(key, s)| {
+                let mut s = s.clone();
+                s.decay_to(now, half_life);
+                PatternView {
+                    pattern: key.to_string(),
+                    verb: key.verb.as_str().to_string(),
+                    resource: key.resource.clone(),
+                    scope: key.scope.as_str().to_string(),
+                    consistency: key.consistency.map(|c| c.as_str().to_string()),
+                    store: key.is_list_like().then(|| self.store(key)),
+                    count: s.count,
+                    rate: s.rate(half_life),
+                    bytes_avg: s.bytes_mean().unwrap_or(0.0),
+                    bytes_p95: s.bytes_p95(),
+                    predicted_cost: self.predict(key, now).cost(),
+                    latency_p99_ms: s.latency_p99_ms(),
+                    rejected: s.rejected,
+                    top_clients: s.top_clients(),
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| b.predicted_cost.total_cmp(&a.predicted_cost));
+        views
+    }
+}
+
+fn is_success(status: u16) -> bool {
+    (200..300).contains(&status)
+}
+
+#[cfg(test)]
+#[path = "predict_tests.rs"]
+mod tests;

@@ -1,0 +1,191 @@
+//! Scraping the apiserver's object counts into the resource priors:
+//! `apiserver_storage_objects{resource="pods"}` on current releases,
+//! `etcd_object_counts{resource="pods"}` on older ones (1.20). A resource
+//! label `deployments.apps` becomes the pattern resource `apps/deployments`.
+//! One healthy upstream is scraped (the counts are cluster-wide), with
+//! tollgate's own identity, every `upstream.metricsScrape.intervalSeconds`.
+//!
+//! The same scrape teaches which store serves consistent LISTs: the growth
+//! of `apiserver_storage_list_total{resource}` (LISTs served from etcd)
+//! against the consistent LISTs tollgate forwarded in the same interval
+//! (see [`crate::predict::PatternCache::learn_store`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::handle::Gateway;
+
+/// Most bytes read from one `/metrics` response.
+const MAX_METRICS_BYTES: usize = 64 << 20;
+
+const COUNT_METRICS: [&str; 2] = ["apiserver_storage_objects", "etcd_object_counts"];
+const STORAGE_LIST_METRICS: [&str; 1] = ["apiserver_storage_list_total"];
+
+/// `(pattern resource, objects)` from Prometheus text.
+pub fn parse_object_counts(text: &str) -> Vec<(String, f64)> {
+    parse_by_resource(text, &COUNT_METRICS)
+}
+
+/// `(pattern resource, LISTs served from etcd so far)` from Prometheus text.
+pub fn parse_storage_lists(text: &str) -> Vec<(String, f64)> {
+    parse_by_resource(text, &STORAGE_LIST_METRICS)
+}
+
+/// Growth of two per-resource counters between scrapes.
+#[derive(Debug, Default)]
+pub struct StoreEvidence {
+    prev: HashMap<String, (f64, u64)>,
+}
+
+impl StoreEvidence {
+    /// `(resource, etcd LISTs, consistent LISTs)` since the last call, for
+    /// resources seen both times. A counter that went down (an apiserver
+    /// restart) counts from zero.
+    pub fn update(
+        &mut self,
+        storage_lists: &[(String, f64)],
+        consistent: &HashMap<String, u64>,
+    ) -> Vec<(String, f64, u64)> {
+        let mut out = Vec::new();
+        for (resource, total) in storage_lists {
+            let ours = consistent.get(resource).copied().unwrap_or(0);
+            if let Some((prev_total, prev_ours)) =
+                self.prev.insert(resource.clone(), (*total, ours))
+            {
+                let d_total = if *total >= prev_total {
+                    total - prev_total
+                } else {
+                    *total
+                };
+                out.push((resource.clone(), d_total, ours.saturating_sub(prev_ours)));
+            }
+        }
+        out
+    }
+}
+
+fn parse_by_resource(text: &str, metrics: &[&str]) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = metrics
+            .iter()
+            .find_map(|m| line.strip_prefix(m).and_then(|r| r.strip_prefix('{')))
+        else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once('}') else {
+            continue;
+        };
+        let Some(resource) = label(labels, "resource") else {
+            continue;
+        };
+        let Some(value) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        // Negative counts mean "unknown" on some releases.
+        if value >= 0.0 {
+            out.push((pattern_resource(resource), value));
+        }
+    }
+    out
+}
+
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    labels.split(',').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k.trim() == name).then(|| v.trim().trim_matches('"'))
+    })
+}
+
+/// `deployments.apps` → `apps/deployments`; `pods` → `pods`.
+fn pattern_resource(label: &str) -> String {
+    match label.split_once('.') {
+        Some((resource, group)) => format!("{group}/{resource}"),
+        None => label.to_string(),
+    }
+}
+
+/// Scrape until `stop`.
+pub async fn scrape_loop(gateway: Gateway, stop: CancellationToken) {
+    let settings = gateway.config().upstream.metrics_scrape.clone();
+    if !settings.enabled {
+        return;
+    }
+    let interval = Duration::from_secs_f64(settings.interval_seconds);
+    let mut evidence = StoreEvidence::default();
+    loop {
+        let pool = gateway.pool();
+        if let Some(u) = pool.upstreams().iter().find(|u| u.is_healthy()) {
+            match pool
+                .own_get(u, &settings.path, MAX_METRICS_BYTES, interval)
+                .await
+            {
+                Ok(body) => {
+                    let text = String::from_utf8_lossy(&body);
+                    let counts = parse_object_counts(&text);
+                    tracing::debug!(upstream = %u.url, resources = counts.len(), "scraped object counts");
+                    gateway.set_object_counts(&counts);
+                    let deltas =
+                        evidence.update(&parse_storage_lists(&text), &gateway.consistent_lists());
+                    gateway.learn_stores(&deltas);
+                }
+                Err(e) => tracing::debug!(upstream = %u.url, error = %e, "metrics scrape failed"),
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_evidence_is_the_growth_between_scrapes() {
+        let mut e = StoreEvidence::default();
+        let ours = |n: u64| HashMap::from([("pods".to_string(), n)]);
+        let text = |n: u64| format!("apiserver_storage_list_total{{resource=\"pods\"}} {n}\n");
+        assert!(
+            e.update(&parse_storage_lists(&text(100)), &ours(3))
+                .is_empty(),
+            "a baseline first"
+        );
+        assert_eq!(
+            e.update(&parse_storage_lists(&text(101)), &ours(13)),
+            vec![("pods".to_string(), 1.0, 10)]
+        );
+        assert_eq!(
+            e.update(&parse_storage_lists(&text(4)), &ours(13)),
+            vec![("pods".to_string(), 4.0, 0)],
+            "restart"
+        );
+    }
+
+    #[test]
+    fn counts_from_current_and_old_releases() {
+        let text = "# HELP apiserver_storage_objects x\n# TYPE apiserver_storage_objects gauge\n\
+apiserver_storage_objects{resource=\"pods\"} 15000\n\
+apiserver_storage_objects{resource=\"deployments.apps\"} 3.2e+03\n\
+apiserver_storage_objects{resource=\"events\"} -1\n\
+etcd_object_counts{resource=\"nodes\"} 5000\n\
+apiserver_storage_objects_total{resource=\"x\"} 1\n\
+apiserver_request_total{verb=\"GET\"} 7\n";
+        assert_eq!(
+            parse_object_counts(text),
+            vec![
+                ("pods".to_string(), 15000.0),
+                ("apps/deployments".to_string(), 3200.0),
+                ("nodes".to_string(), 5000.0),
+            ]
+        );
+    }
+}
