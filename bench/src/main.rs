@@ -20,7 +20,7 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -33,11 +33,13 @@ async fn main() -> std::process::ExitCode {
             .await
             .map_err(anyhow::Error::from),
     };
+    // Exit here rather than by returning: dropping the runtime would wait for
+    // a blocking stdin read (--exit-with-stdin) that may never end.
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("tollgate-bench: {e:#}");
-            std::process::ExitCode::from(1)
+            std::process::exit(1)
         }
     }
 }

@@ -1,15 +1,30 @@
 //! The simulated apiserver's API semantics over loopback HTTP: paging across
 //! writes, watches that deliver every change once and in order, conflicts,
 //! max-in-flight 429s, 410s past the history window, patches and bad input.
+//! Each runs against the memory store and against a real etcd (`NAME::memory`, `NAME::etcd`).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+#[macro_use]
 mod common;
 
-use common::{rv, sim, Http};
+use common::{rv, sim_on, Backend, Http};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::Duration;
+
+on_both_stores!(
+    paging_across_writes_returns_the_first_pages_revision,
+    watch_from_a_revision_delivers_every_change_once_in_order,
+    filtered_watch_sees_objects_enter_and_leave_the_selection,
+    streaming_list_sends_state_then_the_initial_events_end_bookmark,
+    stale_writes_conflict,
+    expired_continue_and_too_old_watch_get_410,
+    patch_types_over_http,
+    bad_input_gets_a_status_naming_the_problem,
+    graceful_delete_of_a_bound_pod_then_removal,
+    namespaced_reads_see_only_their_namespace,
+);
 
 fn pod(name: &str, node: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -36,9 +51,8 @@ async fn create_pods(c: &Http, n: usize, prefix: &str) -> Vec<u64> {
     rvs
 }
 
-#[tokio::test]
-async fn paging_across_writes_returns_the_first_pages_revision() {
-    let s = sim(&["--nodes", "2"]).await;
+async fn paging_across_writes_returns_the_first_pages_revision(backend: Backend) {
+    let s = sim_on(backend, &["--nodes", "2"]).await;
     let c = Http::new(&s.url);
     create_pods(&c, 25, "p").await;
     let first = c
@@ -119,9 +133,8 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
-#[tokio::test]
-async fn watch_from_a_revision_delivers_every_change_once_in_order() {
-    let s = sim(&["--nodes", "2"]).await;
+async fn watch_from_a_revision_delivers_every_change_once_in_order(backend: Backend) {
+    let s = sim_on(backend, &["--nodes", "2"]).await;
     let c = Http::new(&s.url);
     let base = rv(&c.get("/api/v1/namespaces/default/pods").await.json());
     let mut w = c
@@ -190,9 +203,8 @@ async fn watch_from_a_revision_delivers_every_change_once_in_order() {
     );
 }
 
-#[tokio::test]
-async fn filtered_watch_sees_objects_enter_and_leave_the_selection() {
-    let s = sim(&[]).await;
+async fn filtered_watch_sees_objects_enter_and_leave_the_selection(backend: Backend) {
+    let s = sim_on(backend, &[]).await;
     let c = Http::new(&s.url);
     create_pods(&c, 1, "f").await;
     let mut w = c.watch("/api/v1/namespaces/default/pods?watch=1&labelSelector=team%3Dblue&allowWatchBookmarks=true").await;
@@ -228,9 +240,8 @@ async fn filtered_watch_sees_objects_enter_and_leave_the_selection() {
     assert_eq!(got, ["ADDED", "MODIFIED", "DELETED"]);
 }
 
-#[tokio::test]
-async fn streaming_list_sends_state_then_the_initial_events_end_bookmark() {
-    let s = sim(&["--nodes", "3"]).await;
+async fn streaming_list_sends_state_then_the_initial_events_end_bookmark(backend: Backend) {
+    let s = sim_on(backend, &["--nodes", "3"]).await;
     let c = Http::new(&s.url);
     let mut w = c.watch("/api/v1/nodes?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true").await;
     for _ in 0..3 {
@@ -252,9 +263,8 @@ async fn streaming_list_sends_state_then_the_initial_events_end_bookmark() {
     assert_eq!(r.status, 422);
 }
 
-#[tokio::test]
-async fn stale_writes_conflict() {
-    let s = sim(&["--nodes", "1"]).await;
+async fn stale_writes_conflict(backend: Backend) {
+    let s = sim_on(backend, &["--nodes", "1"]).await;
     let c = Http::new(&s.url);
     let node = c.get("/api/v1/nodes/node-1").await.json();
     let newer = c
@@ -297,9 +307,8 @@ async fn stale_writes_conflict() {
     );
 }
 
-#[tokio::test]
-async fn expired_continue_and_too_old_watch_get_410() {
-    let s = sim(&["--history-window", "5"]).await;
+async fn expired_continue_and_too_old_watch_get_410(backend: Backend) {
+    let s = sim_on(backend, &["--history-window", "5"]).await;
     let c = Http::new(&s.url);
     create_pods(&c, 6, "e").await;
     let first = c
@@ -337,9 +346,8 @@ async fn expired_continue_and_too_old_watch_get_410() {
     assert_eq!(r.status, 410);
 }
 
-#[tokio::test]
-async fn patch_types_over_http() {
-    let s = sim(&["--nodes", "1"]).await;
+async fn patch_types_over_http(backend: Backend) {
+    let s = sim_on(backend, &["--nodes", "1"]).await;
     let c = Http::new(&s.url);
     let heartbeat = json!({"status": {"$setElementOrder/conditions": [{"type": "MemoryPressure"}, {"type": "DiskPressure"}, {"type": "PIDPressure"}, {"type": "Ready"}],
         "conditions": [{"type": "Ready", "lastHeartbeatTime": "2026-11-22T00:00:00Z"}]}});
@@ -412,9 +420,8 @@ async fn patch_types_over_http() {
     assert_eq!(unknown.status, 415);
 }
 
-#[tokio::test]
-async fn bad_input_gets_a_status_naming_the_problem() {
-    let s = sim(&["--max-request-body-bytes", "1000"]).await;
+async fn bad_input_gets_a_status_naming_the_problem(backend: Backend) {
+    let s = sim_on(backend, &["--max-request-body-bytes", "1000"]).await;
     let c = Http::new(&s.url);
     let cases = [
         ("/api/v1/widgets", 404u16),
@@ -474,9 +481,12 @@ async fn bad_input_gets_a_status_naming_the_problem() {
     assert_eq!(r.status, 404);
 }
 
-#[tokio::test]
-async fn graceful_delete_of_a_bound_pod_then_removal() {
-    let s = sim(&["--nodes", "1", "--kubelet-delete-delay", "300ms"]).await;
+async fn graceful_delete_of_a_bound_pod_then_removal(backend: Backend) {
+    let s = sim_on(
+        backend,
+        &["--nodes", "1", "--kubelet-delete-delay", "300ms"],
+    )
+    .await;
     let c = Http::new(&s.url);
     create_pods(&c, 1, "g").await;
     let r = c.delete("/api/v1/namespaces/default/pods/g-0").await;
@@ -497,9 +507,12 @@ async fn graceful_delete_of_a_bound_pod_then_removal() {
     }
 }
 
-#[tokio::test]
-async fn namespaced_reads_see_only_their_namespace() {
-    let s = sim(&["--nodes", "4", "--pods", "220", "--namespaces", "11"]).await;
+async fn namespaced_reads_see_only_their_namespace(backend: Backend) {
+    let s = sim_on(
+        backend,
+        &["--nodes", "4", "--pods", "220", "--namespaces", "11"],
+    )
+    .await;
     let c = Http::new(&s.url);
     let mut total = 0;
     for ns in 1..=11 {

@@ -3,15 +3,17 @@
 //! connection allows 250 concurrent streams.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+#[macro_use]
 mod common;
 
-use common::sim;
+use common::{sim_on, Backend};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-#[tokio::test]
-async fn http2_connections_allow_250_concurrent_streams() {
-    let s = sim(&["--nodes", "3"]).await;
+on_both_stores!(http2_connections_allow_250_concurrent_streams);
+
+async fn http2_connections_allow_250_concurrent_streams(backend: Backend) {
+    let s = sim_on(backend, &["--nodes", "3"]).await;
     let tcp = TcpStream::connect(s.addr).await.unwrap();
     let (client, mut conn) = h2::client::handshake(tcp).await.unwrap();
     // The server's SETTINGS arrive while the connection is driven.

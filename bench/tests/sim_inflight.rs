@@ -4,12 +4,15 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+#[macro_use]
 mod common;
 
-use common::{sim, Http};
+use common::{sim_on, Backend, Http};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+on_both_stores!(beyond_the_read_only_limit_requests_get_the_apiservers_429);
 
 /// A LIST whose client never reads: the response cannot finish, so its slot stays taken.
 async fn stalled_list(addr: std::net::SocketAddr, token: &str) -> TcpStream {
@@ -20,8 +23,7 @@ async fn stalled_list(addr: std::net::SocketAddr, token: &str) -> TcpStream {
     s
 }
 
-#[tokio::test]
-async fn beyond_the_read_only_limit_requests_get_the_apiservers_429() {
+async fn beyond_the_read_only_limit_requests_get_the_apiservers_429(backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(
@@ -30,16 +32,19 @@ async fn beyond_the_read_only_limit_requests_get_the_apiservers_429() {
     )
     .unwrap();
     // 10,000 pods of 2 KB: a 20 MB LIST, more than loopback socket buffers hold.
-    let s = sim(&[
-        "--pods",
-        "10000",
-        "--nodes",
-        "10",
-        "--max-requests-inflight",
-        "2",
-        "--token-auth-file",
-        tokens.to_str().unwrap(),
-    ])
+    let s = sim_on(
+        backend,
+        &[
+            "--pods",
+            "10000",
+            "--nodes",
+            "10",
+            "--max-requests-inflight",
+            "2",
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+        ],
+    )
     .await;
     let dev = Http::with_token(&s.url, "dev-token");
     let held = vec![

@@ -11,6 +11,7 @@ use super::metrics::{
 use super::reaper::Reaper;
 use super::resources::{self, ResourceDef};
 use super::respond::{self, Body, Encoding};
+use super::storage::Storage;
 use super::store::Store;
 use super::table;
 use super::watch::{self, WatchCtx};
@@ -41,7 +42,10 @@ pub struct ApiConfig {
 
 /// Everything a request may touch.
 pub struct Api {
+    /// The memory store, or with `--store etcd` the watch cache.
     pub store: Arc<Store>,
+    /// Where writes and consistent reads go.
+    pub storage: Arc<Storage>,
     pub metrics: SimMetrics,
     pub registry: Registry,
     pub inflight: Arc<Inflight>,
@@ -133,9 +137,9 @@ impl Api {
             return respond::not_acceptable();
         };
         let resp = match info.verb {
-            Verb::List => return self.list(def, &info, encoding, guard, started),
+            Verb::List => return self.list(def, &info, encoding, guard, started).await,
             Verb::Watch => return self.watch(def, &info, encoding, started),
-            Verb::Get => self.get(def, &info, encoding),
+            Verb::Get => self.get(def, &info, encoding).await,
             _ => self.write(req, def, &info).await,
         };
         self.count(&info, def, resp.status().as_u16(), started);
@@ -147,14 +151,20 @@ impl Api {
         count(&self.metrics, info, def, code, started);
     }
 
-    fn get(
+    async fn get(
         &self,
         def: &'static ResourceDef,
         info: &RequestInfo,
         encoding: Encoding,
     ) -> Response<Body> {
         let key = super::object::key(&info.namespace, &info.name);
-        match self.store.get(resources::index_of(def), &key) {
+        // Without resourceVersion a GET is a quorum read; with one, the cache serves it.
+        let consistent = info.options.resource_version.is_none();
+        let found = match self.storage.get(def, &key, consistent).await {
+            Ok(o) => o,
+            Err(e) => return respond::status(&Status::internal(e.to_string())),
+        };
+        match found {
             None => respond::status(&Status::not_found(def.group, def.name, &info.name)),
             Some(o) => match encoding {
                 Encoding::Json => respond::json(StatusCode::OK, o.json.clone()),
@@ -166,7 +176,7 @@ impl Api {
         }
     }
 
-    fn list(
+    async fn list(
         self: &Arc<Self>,
         def: &'static ResourceDef,
         info: &RequestInfo,
@@ -174,11 +184,15 @@ impl Api {
         guard: Option<InflightGuard>,
         started: Instant,
     ) -> Response<Body> {
-        let result = list::plan(def, &info.namespace, &info.options).and_then(|plan| {
-            let (rv, map) = list::snapshot(&self.store, resources::index_of(def), &plan)?;
-            Ok((plan, rv, map))
-        });
-        let (plan, rv, map) = match result {
+        let result = match list::plan(def, &info.namespace, &info.options) {
+            Ok(plan) => self
+                .storage
+                .list(def, &plan)
+                .await
+                .map(|(rv, map, from_etcd)| (plan, rv, map, from_etcd)),
+            Err(s) => Err(s),
+        };
+        let (plan, rv, map, from_etcd) = match result {
             Ok(x) => x,
             Err(s) => {
                 self.count(info, def, s.code, started);
@@ -187,11 +201,7 @@ impl Api {
         };
         let api = self.clone();
         let info2 = info.clone();
-        let storage = if plan.from_cache {
-            "watchcache"
-        } else {
-            "etcd"
-        };
+        let storage = if from_etcd { "etcd" } else { "watchcache" };
         let on_done = Box::new(move |stats: ListStats| {
             let _guard = guard;
             let l = StorageListLabels {
@@ -300,27 +310,48 @@ impl Api {
             Ok(b) => b,
             Err(s) => return respond::status(&s),
         };
-        if content_type.starts_with("application/vnd.kubernetes.protobuf")
+        let body = if content_type.starts_with("application/vnd.kubernetes.protobuf")
             && matches!(info.verb, Verb::Create | Verb::Update)
         {
-            return respond::status(&Status::unsupported_media_type(&content_type));
-        }
-        let result = match info.verb {
-            Verb::Create => {
-                write::create(self, def, info, &body, dry_run).map(|o| (StatusCode::CREATED, o))
+            match super::protobuf::to_json(&body) {
+                Ok(v) => Bytes::from(v.to_string()),
+                Err(e @ super::protobuf::ProtobufError::Malformed(_)) => {
+                    return respond::status(&Status::bad_request(e.to_string()))
+                }
+                Err(e) => {
+                    return respond::status(&Status::failure(
+                        415,
+                        "UnsupportedMediaType",
+                        e.to_string(),
+                    ))
+                }
             }
+        } else {
+            body
+        };
+        let result = match info.verb {
+            Verb::Create => write::create(self, def, info, &body, dry_run)
+                .await
+                .map(|o| (StatusCode::CREATED, o)),
             Verb::Update => write::update(self, def, info, Change::Replace(&body), dry_run)
+                .await
                 .map(|o| (StatusCode::OK, o)),
             Verb::Patch => match PatchType::from_content_type(&content_type) {
                 Some(kind) => write::update(self, def, info, Change::Patch(kind, &body), dry_run)
+                    .await
                     .map(|o| (StatusCode::OK, o)),
                 None => Err(Status::unsupported_media_type(&content_type)),
             },
-            Verb::Delete => DeleteOptions::parse(query.as_deref(), &body)
-                .and_then(|o| write::delete(self, def, &info.namespace, &info.name, &o, dry_run))
-                .map(|o| (StatusCode::OK, o)),
+            Verb::Delete => match DeleteOptions::parse(query.as_deref(), &body) {
+                Ok(o) => write::delete(self, def, &info.namespace, &info.name, &o, dry_run)
+                    .await
+                    .map(|o| (StatusCode::OK, o)),
+                Err(s) => Err(s),
+            },
             Verb::DeleteCollection => {
-                return self.delete_collection(def, info, query.as_deref(), &body, dry_run)
+                return self
+                    .delete_collection(def, info, query.as_deref(), &body, dry_run)
+                    .await
             }
             _ => Err(Status::method_not_allowed(format!(
                 "the server does not allow this method on the requested resource ({})",
@@ -333,7 +364,7 @@ impl Api {
         }
     }
 
-    fn delete_collection(
+    async fn delete_collection(
         &self,
         def: &'static ResourceDef,
         info: &RequestInfo,
@@ -355,7 +386,8 @@ impl Api {
             if (info.namespace.is_empty() || o.namespace == info.namespace)
                 && filter.matches(def, o)
             {
-                if let Ok(d) = write::delete(self, def, &o.namespace, &o.name, &opts, dry_run) {
+                if let Ok(d) = write::delete(self, def, &o.namespace, &o.name, &opts, dry_run).await
+                {
                     items.push(d);
                 }
             }

@@ -17,6 +17,12 @@ pub enum SimError {
     Bind(String, #[source] std::io::Error),
     #[error("{0}")]
     Config(String),
+    #[error("etcd at {endpoints}")]
+    Etcd {
+        endpoints: String,
+        #[source]
+        source: super::store::StoreError,
+    },
     #[error("reading {path}")]
     Read {
         path: PathBuf,
@@ -51,6 +57,15 @@ impl FromStr for DurationArg {
             .map(DurationArg)
             .map_err(|e| format!("{s:?}: {e}"))
     }
+}
+
+/// Where objects are kept (`--store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// In memory: the simulated store is everything.
+    Memory,
+    /// In a real etcd (`--etcd-endpoints`), with the in-memory store as the watch cache.
+    Etcd,
 }
 
 /// A simulated kube-apiserver: kubectl, loadgen and tollgate talk to it as to a real one.
@@ -96,9 +111,21 @@ pub struct SimArgs {
     /// Mutating requests served at once before 429 (0: no limit), as kube-apiserver's flag.
     #[arg(long, default_value_t = 200)]
     pub max_mutating_requests_inflight: usize,
-    /// Revisions of history kept (etcd compaction): continue tokens and watches older than this get 410 Gone.
+    /// Revisions of history kept (etcd compaction): continue tokens and watches older than this get 410 Gone
+    /// (with --store etcd, etcd is compacted to the same revision).
     #[arg(long, default_value_t = 50_000)]
     pub history_window: usize,
+    /// Where objects are kept: `memory`, or `etcd` as kube-apiserver keeps them
+    /// (under /registry/…, resourceVersion = etcd revision; the memory store becomes the watch cache).
+    #[arg(long, value_enum, default_value = "memory")]
+    pub store: StoreKind,
+    /// etcd client URLs for --store etcd, comma-separated (kube-apiserver's --etcd-servers).
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    pub etcd_endpoints: Vec<String>,
+    /// With --store etcd: how long a write waits for the watch cache to reach its
+    /// revision before 504 (kube-apiserver's watch cache waits up to 3s to be fresh).
+    #[arg(long, default_value = "3s")]
+    pub watch_cache_wait_timeout: DurationArg,
     /// Largest request body accepted; larger bodies get 413 (kube-apiserver's limit is 3 MiB).
     #[arg(long, default_value_t = 3 * 1024 * 1024)]
     pub max_request_body_bytes: usize,

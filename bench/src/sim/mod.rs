@@ -1,12 +1,15 @@
 //! The simulated kube-apiserver (`tollgate-bench sim`): the real API's paths,
 //! verbs, List/Status/WatchEvent shapes, authentication and max-in-flight
 //! behaviour, over an in-memory store, so kubectl, loadgen and tollgate cannot
-//! tell it from the real thing for the resources it serves.
+//! tell it from the real thing for the resources it serves. With `--store etcd`
+//! the objects live in a real etcd and the in-memory store is the watch cache.
 //!
 //! Layout:
 //! - [`api`]: one request's way (authenticate, parse, max-in-flight, route, count).
 //! - [`list`], [`watch`], [`write`]: the verbs; [`patch`]: the three patch types.
 //! - [`store`], [`object`]: revisions, snapshots, history; [`reaper`]: graceful deletes.
+//! - [`storage`]: memory or etcd, chosen at start; [`etcd`]: keys, txns, ranges, the cache's feed;
+//!   [`etcd_server`]: a local etcd process for tests and the demo.
 //! - [`resources`], [`discovery`], [`table`]: what is served and how kubectl sees it.
 //! - [`authn`], [`pki`], [`tls`], [`kubeconfig`]: identities, certificates, client config.
 //! - [`inflight`], [`metrics`], [`seed`], [`server`], [`respond`], [`clock`], [`validate`].
@@ -16,6 +19,8 @@ pub mod authn;
 pub mod clock;
 mod config;
 pub mod discovery;
+pub mod etcd;
+pub mod etcd_server;
 pub mod inflight;
 pub mod kubeconfig;
 pub mod list;
@@ -24,11 +29,13 @@ pub mod model;
 pub mod object;
 pub mod patch;
 pub mod pki;
+pub mod protobuf;
 pub mod reaper;
 pub mod resources;
 pub mod respond;
 pub mod seed;
 pub mod server;
+pub mod storage;
 pub mod store;
 pub mod table;
 pub mod tls;
@@ -36,15 +43,17 @@ pub mod validate;
 pub mod watch;
 pub mod write;
 
-pub use config::{SimArgs, SimError};
+pub use config::{SimArgs, SimError, StoreKind};
 
 use api::{Api, ApiConfig};
 use authn::{Authenticator, AuthnConfig};
+use etcd::EtcdStore;
 use inflight::Inflight;
 use metrics::{KindLabels, SimMetrics};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use storage::Storage;
 use store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -99,15 +108,15 @@ pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
     let url = format!("{scheme}://{addr}");
 
     let store = Arc::new(Store::new(resources::RESOURCES.len(), args.history_window));
-    let spec = args.seed_spec();
-    let seed_store = store.clone();
+    let stop = CancellationToken::new();
+    // Until the server runs, a failed start stops what was spawned (the etcd feed).
+    let stop_on_error = stop.clone().drop_guard();
     let started = std::time::Instant::now();
-    tokio::task::spawn_blocking(move || seed::seed(&seed_store, &spec))
-        .await
-        .map_err(|e| SimError::Config(format!("seeding failed: {e}")))?;
+    let storage = Arc::new(open_storage(&args, store.clone(), stop.clone()).await?);
     tracing::info!(
         nodes = args.nodes,
         pods = args.pods,
+        store = ?args.store,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "seeded"
     );
@@ -127,11 +136,11 @@ pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
         args.max_mutating_requests_inflight,
         gauges,
     );
-    let stop = CancellationToken::new();
     let reaper = reaper::Reaper::new();
-    tokio::spawn(reaper.clone().run(store.clone(), stop.clone()));
+    tokio::spawn(reaper.clone().run(storage.clone(), stop.clone()));
     let api = Arc::new(Api {
         store,
+        storage,
         metrics,
         registry,
         inflight,
@@ -150,6 +159,7 @@ pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
             .map_err(|e| SimError::Config(e.to_string()))?;
     }
     let server = tokio::spawn(server::serve(listener, acceptor, api.clone(), stop.clone()));
+    stop_on_error.disarm();
     Ok(RunningSim {
         addr,
         url,
@@ -158,6 +168,46 @@ pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
         stop,
         server: Some(server),
     })
+}
+
+/// Seeds the chosen store. With etcd: seeds etcd, loads the watch cache from
+/// it and starts the watch that keeps the cache fed until `stop`.
+async fn open_storage(
+    args: &SimArgs,
+    cache: Arc<Store>,
+    stop: CancellationToken,
+) -> Result<Storage, SimError> {
+    let spec = args.seed_spec();
+    match args.store {
+        StoreKind::Memory => {
+            let seed_store = cache.clone();
+            tokio::task::spawn_blocking(move || seed::seed(&seed_store, &spec))
+                .await
+                .map_err(|e| SimError::Config(format!("seeding failed: {e}")))?;
+            Ok(Storage::memory(cache))
+        }
+        StoreKind::Etcd => {
+            let endpoints = args.etcd_endpoints.join(",");
+            let err = |source| SimError::Etcd {
+                endpoints: endpoints.clone(),
+                source,
+            };
+            let etcd = EtcdStore::connect(&args.etcd_endpoints)
+                .await
+                .map_err(err)?;
+            let mut sink = etcd::EtcdSeedSink {
+                etcd: etcd.clone(),
+                runtime: tokio::runtime::Handle::current(),
+            };
+            tokio::task::spawn_blocking(move || seed::seed_into(&mut sink, &spec))
+                .await
+                .map_err(|e| SimError::Config(format!("seeding failed: {e}")))?
+                .map_err(|e| err(store::StoreError::Storage(e)))?;
+            let loaded = etcd.load(&cache).await.map_err(err)?;
+            tokio::spawn(etcd.clone().feed(cache.clone(), loaded, stop));
+            Ok(Storage::etcd(cache, etcd, args.watch_cache_wait_timeout.0))
+        }
+    }
 }
 
 /// Runs the simulator until `shutdown` completes (the binary's entry point).

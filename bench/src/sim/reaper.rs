@@ -2,9 +2,9 @@
 //! pod's graceful deletion ends when its (simulated) kubelet has stopped it,
 //! and a terminating namespace is emptied and then removed.
 
-use super::object::Obj;
 use super::resources::{self, RESOURCES};
-use super::store::{Store, Write};
+use super::storage::Storage;
+use super::store::Write;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,7 +56,7 @@ impl Reaper {
     }
 
     /// Runs the jobs as they fall due until `stop`.
-    pub async fn run(self: Arc<Self>, store: Arc<Store>, stop: CancellationToken) {
+    pub async fn run(self: Arc<Self>, storage: Arc<Storage>, stop: CancellationToken) {
         loop {
             let next = {
                 let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
@@ -67,7 +67,10 @@ impl Reaper {
                 }
             };
             match next {
-                Some(Ok(job)) => run_job(&store, job),
+                Some(Ok(job)) => tokio::select! {
+                    _ = run_job(&storage, job) => {}
+                    _ = stop.cancelled() => return,
+                },
                 Some(Err(at)) => tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = self.wake.notified() => {}
@@ -82,15 +85,14 @@ impl Reaper {
     }
 }
 
-fn run_job(store: &Store, job: Job) {
+async fn run_job(storage: &Storage, job: Job) {
+    let store = storage.cache();
     match job {
         Job::Pod { resource, key, uid } => {
             let def = resources::by_index(resource);
             if let Some(o) = store.get(resource, &key) {
                 if o.uid == uid && o.deleting {
-                    let _ = store.write(resource, &key, Some(o.rv), Write::Delete, |v, rv| {
-                        Obj::new(def, v, rv)
-                    });
+                    let _ = storage.write(def, &key, Some(o.rv), Write::Delete).await;
                 }
             }
         }
@@ -98,17 +100,11 @@ fn run_job(store: &Store, job: Job) {
             for (idx, def) in RESOURCES.iter().enumerate().filter(|(_, d)| d.namespaced) {
                 let (_, map) = store.snapshot(idx);
                 for (k, _) in map.iter().filter(|(_, o)| o.namespace == ns) {
-                    let _ = store.write(idx, k, None, Write::Delete, |v, rv| Obj::new(def, v, rv));
+                    let _ = storage.write(def, k, None, Write::Delete).await;
                 }
             }
             if let Some(def) = resources::by_name("namespaces") {
-                let _ = store.write(
-                    resources::index_of(def),
-                    &ns,
-                    None,
-                    Write::Delete,
-                    |v, rv| Obj::new(def, v, rv),
-                );
+                let _ = storage.write(def, &ns, None, Write::Delete).await;
             }
         }
     }

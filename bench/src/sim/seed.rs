@@ -39,21 +39,38 @@ fn uid(rng: &mut StdRng) -> String {
         .to_string()
 }
 
-struct Seeder<'a> {
-    store: &'a Store,
-    rng: StdRng,
-    now: i64,
+/// Where seeded objects go: the memory store, or etcd (see [`super::etcd`]).
+pub trait SeedSink {
+    /// Stores a batch of one resource's objects; an error stops the seeding.
+    fn put(&mut self, def: &'static ResourceDef, values: Vec<Value>) -> Result<(), String>;
 }
 
-impl Seeder<'_> {
-    fn put(&mut self, def: &'static ResourceDef, values: Vec<Value>) {
-        let base = self.store.next_revision();
+impl SeedSink for &Store {
+    fn put(&mut self, def: &'static ResourceDef, values: Vec<Value>) -> Result<(), String> {
+        let base = self.next_revision();
         let objs: Vec<Obj> = values
             .into_iter()
             .enumerate()
             .map(|(i, v)| Obj::new(def, v, base + i as u64))
             .collect();
-        self.store.seed(resources::index_of(def), objs);
+        self.seed(resources::index_of(def), objs);
+        Ok(())
+    }
+}
+
+struct Seeder<'a> {
+    sink: &'a mut dyn SeedSink,
+    rng: StdRng,
+    now: i64,
+    /// The first error the sink reported; later batches are skipped.
+    error: Option<String>,
+}
+
+impl Seeder<'_> {
+    fn put(&mut self, def: &'static ResourceDef, values: Vec<Value>) {
+        if self.error.is_none() {
+            self.error = self.sink.put(def, values).err();
+        }
     }
 
     fn meta(&mut self, name: &str, namespace: Option<&str>, age_secs: i64) -> Value {
@@ -66,12 +83,19 @@ impl Seeder<'_> {
     }
 }
 
-/// Seeds the store; returns the node names (pods are spread over them).
+/// Seeds the memory store; returns the node names (pods are spread over them).
 pub fn seed(store: &Store, spec: &SeedSpec) -> Vec<String> {
+    let mut sink = store;
+    seed_into(&mut sink, spec).unwrap_or_default()
+}
+
+/// Seeds `sink`; returns the node names, or the sink's first error.
+pub fn seed_into(sink: &mut dyn SeedSink, spec: &SeedSpec) -> Result<Vec<String>, String> {
     let mut s = Seeder {
-        store,
+        sink,
         rng: StdRng::seed_from_u64(spec.seed),
         now: clock::now_unix(),
+        error: None,
     };
     let ns_def = resources::by_name("namespaces").unwrap_or(&resources::RESOURCES[0]);
     let mut ns_names: Vec<String> = SYSTEM_NAMESPACES.iter().map(|n| n.to_string()).collect();
@@ -122,7 +146,10 @@ pub fn seed(store: &Store, spec: &SeedSpec) -> Vec<String> {
             made += n;
         }
     }
-    nodes
+    match s.error {
+        Some(e) => Err(e),
+        None => Ok(nodes),
+    }
 }
 
 fn node(s: &mut Seeder, name: &str, i: usize) -> Value {

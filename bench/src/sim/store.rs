@@ -2,8 +2,11 @@
 //! bounded history of changes (what etcd keeps until compaction), and a signal
 //! that wakes watchers when the revision moves.
 //!
-//! One global revision counter orders all writes, as etcd's does, so each
-//! write is exactly one [`Event`] and `history[i].rv == first_rv + i`.
+//! One global revision counter orders all writes, as etcd's does. With the
+//! memory store each write is exactly one [`Event`] and revisions are
+//! contiguous; as the watch cache of the etcd store ([`Store::apply`]), the
+//! history may skip revisions (writes to keys it does not serve), so it is
+//! only ever searched by revision, never indexed by it.
 //! Maps are persistent (imbl), so a LIST takes an O(1) snapshot and streams
 //! it without holding the lock; a read at an older revision is the current
 //! snapshot with the changes since then undone.
@@ -55,6 +58,15 @@ pub enum StoreError {
     /// The revision asked for is older than the history kept.
     #[error("too old resource version: {asked} ({oldest})")]
     Compacted { asked: u64, oldest: u64 },
+    /// The write succeeded in etcd, but the watch cache did not reach its revision in time.
+    #[error("the write at revision {0} is not yet visible in the watch cache")]
+    CacheTimeout(u64),
+    /// A read at a revision newer than storage (or the cache) has reached.
+    #[error("Too large resource version: {0}")]
+    TooNew(u64),
+    /// etcd refused or failed the request (etcd's own message).
+    #[error("{0}")]
+    Storage(String),
 }
 
 /// What a write does to the object under a key.
@@ -102,6 +114,11 @@ impl Store {
 
     fn write_lock(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Revisions of history kept.
+    pub fn window(&self) -> usize {
+        self.window
     }
 
     /// The current revision.
@@ -183,11 +200,13 @@ impl Store {
         let Some(first) = s.history.front().map(|e| e.rv) else {
             return Ok((Vec::new(), after.max(s.rv)));
         };
-        let start = (after + 1).saturating_sub(first) as usize;
+        // Revisions may skip (see the module header): search, never index.
+        let start = s.history.partition_point(|e| e.rv <= after);
         let mut out = Vec::new();
         let mut reached = after.max(first.saturating_sub(1));
         for e in s.history.iter().skip(start) {
-            if out.len() >= max {
+            // Never stop inside a revision: a txn's events share one.
+            if out.len() >= max && e.rv != reached {
                 break;
             }
             reached = e.rv;
@@ -209,6 +228,20 @@ impl Store {
         }
         s.compacted = s.rv;
         let rv = s.rv;
+        drop(s);
+        self.notify.send_replace(rv);
+    }
+
+    /// Replaces every resource's objects with `maps`, read from storage at
+    /// revision `rv` (a watch cache's list). The history restarts there:
+    /// watchers from before it get 410 and relist.
+    pub fn replace(&self, mut maps: Vec<ObjMap>, rv: u64) {
+        let mut s = self.write_lock();
+        maps.resize(s.maps.len(), ObjMap::new());
+        s.maps = maps;
+        s.history.clear();
+        s.rv = rv;
+        s.compacted = rv;
         drop(s);
         self.notify.send_replace(rv);
     }
@@ -239,6 +272,67 @@ impl Store {
             _ => {}
         }
         let rv = s.rv + 1;
+        let event = self.commit(&mut s, resource, key, rv, prev, write, build)?;
+        drop(s);
+        self.notify.send_replace(rv);
+        Ok(event)
+    }
+
+    /// Moves the revision to `rv` without a change (etcd wrote a key the cache
+    /// does not serve), so reads waiting for `rv` are not kept waiting.
+    pub fn advance(&self, rv: u64) {
+        let mut s = self.write_lock();
+        if rv <= s.rv {
+            return;
+        }
+        s.rv = rv;
+        drop(s);
+        self.notify.send_replace(rv);
+    }
+
+    /// Applies a change storage made at revision `rv` (the watch cache's feed):
+    /// no preconditions, since etcd has checked them. Changes at or below the
+    /// current revision are already in and are ignored; a delete of a key the
+    /// cache does not hold only moves the revision. Returns the event, if any.
+    pub fn apply(
+        &self,
+        resource: usize,
+        key: &str,
+        rv: u64,
+        write: Write,
+        build: impl FnOnce(serde_json::Value, u64) -> Obj,
+    ) -> Option<Arc<Event>> {
+        let mut s = self.write_lock();
+        if rv <= s.rv && s.history.back().is_none_or(|e| e.rv != rv) {
+            return None;
+        }
+        let prev = s.maps[resource].get(key).cloned();
+        let event = match (&write, &prev) {
+            (Write::Delete, None) => {
+                s.rv = rv;
+                None
+            }
+            _ => self
+                .commit(&mut s, resource, key, rv, prev, write, build)
+                .ok(),
+        };
+        drop(s);
+        self.notify.send_replace(rv);
+        event
+    }
+
+    /// Makes one change at revision `rv` and records it in the history.
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &self,
+        s: &mut State,
+        resource: usize,
+        key: &str,
+        rv: u64,
+        prev: Option<Arc<Obj>>,
+        write: Write,
+        build: impl FnOnce(serde_json::Value, u64) -> Obj,
+    ) -> Result<Arc<Event>, StoreError> {
         let (kind, cur) = match write {
             Write::Put(v) => {
                 let obj = Arc::new(build(v, rv));
@@ -274,8 +368,6 @@ impl Store {
                 s.compacted = old.rv;
             }
         }
-        drop(s);
-        self.notify.send_replace(rv);
         Ok(event)
     }
 }

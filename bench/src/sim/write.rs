@@ -8,7 +8,7 @@ use super::clock;
 use super::object::{key, Obj};
 use super::patch::{self, PatchError, PatchType};
 use super::resources::{self, ResourceDef};
-use super::store::{Event, StoreError, Write};
+use super::store::{StoreError, Write};
 use super::validate;
 use apimodel::{RequestInfo, Status};
 use rand::Rng;
@@ -24,6 +24,8 @@ fn store_status(e: StoreError, def: &ResourceDef, name: &str) -> Status {
         StoreError::AlreadyExists => Status::already_exists(def.group, def.name, name),
         StoreError::Conflict => Status::conflict(def.group, def.name, name),
         StoreError::Compacted { .. } => Status::expired(e.to_string()),
+        StoreError::CacheTimeout(_) | StoreError::TooNew(_) => Status::timeout(e.to_string()),
+        StoreError::Storage(_) => Status::internal(e.to_string()),
     }
 }
 
@@ -111,7 +113,7 @@ fn generated_name(prefix: &str) -> String {
 }
 
 /// POST: a new object.
-pub fn create(
+pub async fn create(
     api: &Api,
     def: &'static ResourceDef,
     info: &RequestInfo,
@@ -204,15 +206,9 @@ pub fn create(
         return Ok(Arc::new(Obj::new(def, v, api.store.revision())));
     }
     let k = key(&ns, &name);
-    api.store
-        .write(
-            resources::index_of(def),
-            &k,
-            Some(0),
-            Write::Put(v),
-            |v, rv| Obj::new(def, v, rv),
-        )
-        .map(|e| e.cur.clone())
+    api.storage
+        .write(def, &k, Some(0), Write::Put(v))
+        .await
         .map_err(|e| store_status(e, def, &name))
 }
 
@@ -316,17 +312,27 @@ pub enum Change<'a> {
 }
 
 /// PUT or PATCH, retried against concurrent writers unless the client pinned a resourceVersion.
-pub fn update(
+pub async fn update(
     api: &Api,
     def: &'static ResourceDef,
     info: &RequestInfo,
-    change: Change,
+    change: Change<'_>,
     dry_run: bool,
 ) -> Result<Arc<Obj>, Status> {
     let idx = resources::index_of(def);
     let k = key(&info.namespace, &info.name);
-    for _ in 0..UPDATE_RETRIES {
-        let Some(cur) = api.store.get(idx, &k) else {
+    for attempt in 0..UPDATE_RETRIES {
+        // The cache first, as the apiserver's GuaranteedUpdate; after a
+        // conflict, the stored object (with etcd, the cache may lag).
+        let cur = if attempt == 0 {
+            api.store.get(idx, &k)
+        } else {
+            api.storage
+                .get(def, &k, true)
+                .await
+                .map_err(|e| store_status(e, def, &info.name))?
+        };
+        let Some(cur) = cur else {
             return Err(Status::not_found(def.group, def.name, &info.name));
         };
         let cur_v = cur.value();
@@ -375,11 +381,8 @@ pub fn update(
             }
             Write::Put(merged.take())
         };
-        match api
-            .store
-            .write(idx, &k, Some(cur.rv), write, |v, rv| Obj::new(def, v, rv))
-        {
-            Ok(e) => return Ok(e.cur.clone()),
+        match api.storage.write(def, &k, Some(cur.rv), write).await {
+            Ok(o) => return Ok(o),
             Err(StoreError::Conflict) if pinned.is_none() => continue,
             Err(e) => return Err(store_status(e, def, &info.name)),
         }
@@ -430,7 +433,7 @@ impl DeleteOptions {
 }
 
 /// DELETE of one object: graceful for pods on a node, deferred by finalizers, else at once.
-pub fn delete(
+pub async fn delete(
     api: &Api,
     def: &'static ResourceDef,
     ns: &str,
@@ -471,7 +474,7 @@ pub fn delete(
                 format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
             ));
         }
-        return start_namespace_termination(api, def, cur);
+        return start_namespace_termination(api, def, cur).await;
     }
     let v = cur.value();
     let on_node = def.name == "pods" && !v["spec"]["nodeName"].as_str().unwrap_or("").is_empty();
@@ -494,11 +497,10 @@ pub fn delete(
         }
         marked["metadata"]["deletionTimestamp"] = clock::rfc3339(new_deadline).into();
         marked["metadata"]["deletionGracePeriodSeconds"] = grace.into();
-        let e = api
-            .store
-            .write(idx, &k, Some(cur.rv), Write::Put(marked), |v, rv| {
-                Obj::new(def, v, rv)
-            })
+        let o = api
+            .storage
+            .write(def, &k, Some(cur.rv), Write::Put(marked))
+            .await
             .map_err(|e| store_status(e, def, name))?;
         if on_node {
             let delay = api
@@ -507,29 +509,27 @@ pub fn delete(
                 .min(std::time::Duration::from_secs(grace as u64));
             api.reaper.schedule(delay, idx, k, cur.uid.clone());
         }
-        return Ok(e.cur.clone());
+        return Ok(o);
     }
-    api.store
-        .write(idx, &k, None, Write::Delete, |v, rv| Obj::new(def, v, rv))
-        .map(|e: Arc<Event>| e.cur.clone())
+    api.storage
+        .write(def, &k, None, Write::Delete)
+        .await
         .map_err(|e| store_status(e, def, name))
 }
 
-fn start_namespace_termination(
+async fn start_namespace_termination(
     api: &Api,
     def: &'static ResourceDef,
     cur: Arc<Obj>,
 ) -> Result<Arc<Obj>, Status> {
-    let idx = resources::index_of(def);
     let mut v = cur.value();
     v["metadata"]["deletionTimestamp"] = clock::rfc3339(clock::now_unix()).into();
     v["status"]["phase"] = "Terminating".into();
-    let e = api
-        .store
-        .write(idx, &cur.key(), Some(cur.rv), Write::Put(v), |v, rv| {
-            Obj::new(def, v, rv)
-        })
+    let o = api
+        .storage
+        .write(def, &cur.key(), Some(cur.rv), Write::Put(v))
+        .await
         .map_err(|e| store_status(e, def, &cur.name))?;
     api.reaper.finish_namespace(cur.name.clone());
-    Ok(e.cur.clone())
+    Ok(o)
 }

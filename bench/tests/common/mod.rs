@@ -1,5 +1,5 @@
 //! A small HTTP client for the simulator's loopback tests.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, unused_macros, clippy::unwrap_used)]
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
@@ -157,6 +157,70 @@ pub async fn sim(flags: &[&str]) -> bench::sim::RunningSim {
     args.extend_from_slice(flags);
     let parsed = <bench::sim::SimArgs as clap::Parser>::parse_from(args);
     bench::sim::start(parsed).await.expect("sim starts")
+}
+
+/// Which store a behaviour test runs against: every one runs against both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    /// `--store etcd` against a real etcd of the test's own.
+    Etcd,
+}
+
+/// A simulator on `backend`, with the etcd it uses (stopped after the simulator).
+pub struct StoreSim {
+    pub sim: bench::sim::RunningSim,
+    pub etcd: Option<bench::sim::etcd_server::EtcdServer>,
+}
+
+impl std::ops::Deref for StoreSim {
+    type Target = bench::sim::RunningSim;
+    fn deref(&self) -> &bench::sim::RunningSim {
+        &self.sim
+    }
+}
+
+/// Starts a real etcd (off the async runtime: it polls with blocking waits).
+pub async fn etcd() -> bench::sim::etcd_server::EtcdServer {
+    tokio::task::spawn_blocking(bench::sim::etcd_server::EtcdServer::start)
+        .await
+        .unwrap()
+        .expect("etcd starts")
+}
+
+/// [`sim`] on the memory store or on a fresh etcd.
+pub async fn sim_on(backend: Backend, flags: &[&str]) -> StoreSim {
+    match backend {
+        Backend::Memory => StoreSim {
+            sim: sim(flags).await,
+            etcd: None,
+        },
+        Backend::Etcd => {
+            let etcd = etcd().await;
+            let mut all = vec!["--store", "etcd", "--etcd-endpoints", &etcd.url];
+            all.extend_from_slice(flags);
+            StoreSim {
+                sim: sim(&all).await,
+                etcd: Some(etcd),
+            }
+        }
+    }
+}
+
+/// Runs each named `async fn NAME(Backend)` against both stores: `NAME::memory` and `NAME::etcd`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn memory() {
+                super::$name($crate::common::Backend::Memory).await
+            }
+            #[tokio::test]
+            async fn etcd() {
+                super::$name($crate::common::Backend::Etcd).await
+            }
+        }
+    )*};
 }
 
 pub fn rv(v: &Value) -> u64 {

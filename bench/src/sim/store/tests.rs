@@ -120,3 +120,58 @@ fn seeding_starts_history_after_the_seed() {
         .0
         .is_empty());
 }
+
+fn applied(s: &Store, name: &str, rv: u64, w: Option<u64>) -> Option<Arc<Event>> {
+    let def = resources::by_name("pods").unwrap();
+    let write = match w {
+        Some(v) => Write::Put(pod(name, v)),
+        None => Write::Delete,
+    };
+    s.apply(pods(), &format!("ns/{name}"), rv, write, |val, rv| {
+        Obj::new(def, val, rv)
+    })
+}
+
+#[test]
+fn the_watch_cache_applies_storage_revisions_with_gaps() {
+    let s = Store::new(resources::RESOURCES.len(), 100);
+    s.replace(Vec::new(), 10);
+    assert_eq!((s.revision(), s.compacted()), (10, 10));
+    // etcd's revisions skip the keys the cache does not serve.
+    let a = applied(&s, "a", 12, Some(1)).unwrap();
+    assert_eq!((a.rv, a.kind), (12, EventType::Added));
+    assert_eq!(s.get(pods(), "ns/a").unwrap().rv, 12);
+    s.advance(15);
+    assert_eq!(s.revision(), 15);
+    let m = applied(&s, "a", 17, Some(2)).unwrap();
+    assert_eq!(m.kind, EventType::Modified);
+    assert!(
+        applied(&s, "a", 16, Some(3)).is_none(),
+        "older than the cache"
+    );
+    assert!(
+        applied(&s, "gone", 18, None).is_none(),
+        "a delete of nothing"
+    );
+    assert_eq!(s.revision(), 18);
+    let d = applied(&s, "a", 20, None).unwrap();
+    assert_eq!((d.kind, d.cur.rv), (EventType::Deleted, 20));
+    // Searched by revision, not indexed: from anywhere inside a gap.
+    let rvs = |after| {
+        s.events_after(pods(), after, 100)
+            .unwrap()
+            .0
+            .iter()
+            .map(|e| e.rv)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rvs(10), [12, 17, 20]);
+    assert_eq!(rvs(13), [17, 20]);
+    assert_eq!(rvs(17), [20]);
+    assert!(rvs(20).is_empty());
+    assert_eq!(s.events_after(pods(), 13, 1).unwrap().1, 17);
+    // Snapshots at a revision inside a gap undo what came after it.
+    let at14 = s.snapshot_at(pods(), 14).unwrap();
+    assert_eq!(at14.get("ns/a").unwrap().rv, 12);
+    assert!(s.snapshot_at(pods(), 11).unwrap().is_empty());
+}
