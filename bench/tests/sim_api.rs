@@ -552,3 +552,30 @@ async fn namespaced_reads_see_only_their_namespace(backend: Backend) {
     assert_eq!(rest["items"].as_array().unwrap().len(), 5);
     assert!(rest["metadata"].get("continue").is_none());
 }
+
+on_both_stores!(storage_list_metrics_say_where_lists_were_served);
+async fn storage_list_metrics_say_where_lists_were_served(store: Backend) {
+    let s = sim_on(store, &["--nodes", "3"]).await;
+    let c = Http::new(&s.url);
+    c.get("/api/v1/nodes").await;
+    c.get("/api/v1/nodes").await;
+    c.get("/api/v1/nodes?resourceVersion=0").await;
+    let m = String::from_utf8_lossy(&c.get("/metrics").await.body).to_string();
+    let line = |name: &str| {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
+    };
+    // Two consistent LISTs read storage; the rv=0 one is served by the watch cache.
+    assert_eq!(
+        line("apiserver_storage_list_total{resource=\"nodes\"}").as_deref(),
+        Some("2"),
+        "{m}"
+    );
+    assert_eq!(
+        line("apiserver_storage_list_returned_objects_total{resource=\"nodes\",storage=\"etcd\"}")
+            .as_deref(),
+        Some("6")
+    );
+    assert_eq!(line("apiserver_storage_list_returned_objects_total{resource=\"nodes\",storage=\"watchcache\"}").as_deref(), Some("3"));
+}

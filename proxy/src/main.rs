@@ -106,6 +106,17 @@ async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
         upstreams = ?config.upstream.urls,
         "tollgate started"
     );
+    // One stdout line with the bound addresses (port 0 picks a free one), for harnesses.
+    let scheme = if config.tls.cert_file.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let admin_url = admin_addr.map_or_else(|| "off".to_string(), |a| format!("http://{a}"));
+    println!(
+        "tollgate serving at {scheme}://{} (admin {admin_url})",
+        listener.local_addr()?
+    );
 
     // SIGHUP, or a change of the file, reloads; a bad file keeps the running config.
     let mut hup = signal(SignalKind::hangup())?;

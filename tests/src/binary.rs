@@ -52,8 +52,12 @@ pub fn fresh_workspace_binary(name: &str, packages: &[&str]) -> PathBuf {
         for p in [dir.join("Cargo.toml"), dir.join("src")] {
             collect_files(&p, &mut files);
         }
+        // Other binaries of the package (`src/bin/OTHER.rs`, `src/bin/OTHER/…`) are not part
+        // of this one: a change there must not make it look stale (cargo does not relink it).
+        let other_bins = dir.join("src").join("bin");
         let newest = files
             .into_iter()
+            .filter(|(_, p)| !is_other_binary(p, &other_bins, name))
             .filter(|(t, _)| *t <= test_built)
             .max_by_key(|(t, _)| *t);
         if let Some((changed, path)) = newest {
@@ -70,6 +74,21 @@ pub fn fresh_workspace_binary(name: &str, packages: &[&str]) -> PathBuf {
         }
     }
     binary
+}
+
+/// Whether `path` is the source of another binary than `name` in `bin_dir` (`src/bin/`).
+fn is_other_binary(path: &Path, bin_dir: &Path, name: &str) -> bool {
+    let Ok(rest) = path.strip_prefix(bin_dir) else {
+        return false;
+    };
+    let first = rest
+        .components()
+        .next()
+        .map(|c| c.as_os_str().to_string_lossy());
+    match first {
+        Some(first) => first != name && first != format!("{name}.rs"),
+        None => false,
+    }
 }
 
 /// Every file under `path` (a file or a directory tree), with its modification time.
@@ -95,4 +114,34 @@ fn package_name(dir: &Path) -> Option<String> {
         let value = l.trim().strip_prefix("name")?.trim().strip_prefix('=')?;
         Some(value.trim().trim_matches('"').to_string())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_binaries_sources_are_not_this_ones() {
+        let bin = Path::new("/ws/bench/src/bin");
+        assert!(is_other_binary(
+            Path::new("/ws/bench/src/bin/minproxy.rs"),
+            bin,
+            "tollgate-bench"
+        ));
+        assert!(is_other_binary(
+            Path::new("/ws/bench/src/bin/other/main.rs"),
+            bin,
+            "tollgate-bench"
+        ));
+        assert!(!is_other_binary(
+            Path::new("/ws/bench/src/bin/minproxy.rs"),
+            bin,
+            "minproxy"
+        ));
+        assert!(!is_other_binary(
+            Path::new("/ws/bench/src/sim/api.rs"),
+            bin,
+            "tollgate-bench"
+        ));
+    }
 }

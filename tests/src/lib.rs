@@ -1,7 +1,10 @@
 //! Helpers shared by the end-to-end tests: the real binaries started as child processes on
 //! loopback, and the real `kubectl` run against them, every wait bounded by a deadline.
 //!
-//! - [`SimProcess`]: `tollgate-bench sim` on an ephemeral port in its own temp dir, killed on drop.
+//! - [`SimProcess`]: `tollgate-bench sim` on an ephemeral port in its own temp dir, killed on drop;
+//!   with [`Store::Etcd`], on a real etcd of its own.
+//! - [`TollgateProcess`]: the real `tollgate` in front of an upstream (a [`SimProcess`]), on
+//!   ephemeral client and admin ports, with the certificates of [`TollgateOptions`], killed on drop.
 //! - [`kubectl`] / [`Kubectl`]: one kubectl command with a request and a process timeout.
 //! - [`KubectlBackground`]: a long-running kubectl (`get -w`) whose stdout is read line by line.
 //! - [`LineReader`], [`eventually`]: the polling primitives the above are built on.
@@ -11,6 +14,7 @@ mod binary;
 mod kubectl;
 mod lines;
 mod sim;
+mod tollgate;
 
 pub use binary::{fresh_workspace_binary, workspace_binary};
 pub use kubectl::{
@@ -18,7 +22,8 @@ pub use kubectl::{
     KUBECTL_REQUEST_TIMEOUT,
 };
 pub use lines::{eventually, LineReader, Next};
-pub use sim::{Scheme, SimProcess, SIM_START_TIMEOUT};
+pub use sim::{Scheme, SimProcess, Store, SIM_START_TIMEOUT};
+pub use tollgate::{http_get, TollgateOptions, TollgateProcess, TOLLGATE_START_TIMEOUT};
 
 pub use bench::sim::kubeconfig::KubeUser;
-pub use bench::sim::pki::CertAuthority;
+pub use bench::sim::pki::{CertAuthority, CertKeyPem};

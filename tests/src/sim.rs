@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use bench::sim::etcd_server::EtcdServer;
 use bench::sim::kubeconfig::{write_kubeconfig, KubeUser};
 use tempfile::TempDir;
 
@@ -44,6 +45,13 @@ impl Scheme {
     }
 }
 
+/// Where the simulator keeps objects: in memory, or (`--store etcd`) in a real etcd of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    Memory,
+    Etcd,
+}
+
 /// A running `tollgate-bench sim` child process.
 pub struct SimProcess {
     /// `http://127.0.0.1:PORT` or `https://127.0.0.1:PORT`, as the simulator printed it.
@@ -56,6 +64,8 @@ pub struct SimProcess {
     stderr_log: PathBuf,
     // Keeps draining stdout so the simulator never blocks on a full pipe.
     _stdout: LineReader,
+    /// With [`Store::Etcd`]: the simulator's etcd, stopped after it.
+    etcd: Option<EtcdServer>,
     // Last: removed after the child is killed.
     dir: TempDir,
 }
@@ -65,6 +75,28 @@ impl SimProcess {
     /// (plus `--cert-dir DIR/pki` with `--tls`) in a new temp dir and waits until it prints
     /// its URL. `args` must not repeat `--listen` or `--kubeconfig-out`.
     pub fn start(args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_on(Store::Memory, args)
+    }
+
+    /// [`SimProcess::start`] on `store`: with [`Store::Etcd`], first starts a real etcd on
+    /// loopback (`/usr/bin/etcd`, its own ports and data dir) and adds
+    /// `--store etcd --etcd-endpoints URL`.
+    pub fn start_on(store: Store, args: &[&str]) -> anyhow::Result<Self> {
+        let etcd = match store {
+            Store::Memory => None,
+            Store::Etcd => Some(EtcdServer::start().context("starting etcd for the simulator")?),
+        };
+        let mut all: Vec<&str> = Vec::new();
+        if let Some(e) = &etcd {
+            all.extend(["--store", "etcd", "--etcd-endpoints", e.url.as_str()]);
+        }
+        all.extend_from_slice(args);
+        let mut sim = Self::spawn(&all)?;
+        sim.etcd = etcd;
+        Ok(sim)
+    }
+
+    fn spawn(args: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("tollgate-e2e-sim-")
             .tempdir()
@@ -152,6 +184,7 @@ impl SimProcess {
             child,
             stderr_log,
             _stdout: stdout,
+            etcd: None,
             dir,
         })
     }

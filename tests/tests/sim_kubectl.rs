@@ -1,6 +1,7 @@
 //! kubectl against the simulated kube-apiserver (`tollgate-bench sim`), end to end: the real
 //! binary on an ephemeral loopback port, the real kubectl through the kubeconfig the sim
-//! writes, over plain HTTP and over TLS. Each test starts its own simulator, seeded with 100
+//! writes, over plain HTTP and over TLS, and (`on_etcd::`) a representative set with
+//! `--store etcd` on a real etcd. Each test starts its own simulator, seeded with 100
 //! nodes and 3,000 pods over three namespaces, so the tests run in parallel and may write.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::Value;
-use tests::{eventually, CertAuthority, KubeUser, Kubectl, Scheme, SimProcess};
+use tests::{eventually, CertAuthority, KubeUser, Kubectl, Scheme, SimProcess, Store};
 
 const NODES: usize = 100;
 const PODS: usize = 3000;
@@ -24,14 +25,27 @@ macro_rules! over_http_and_tls {
         mod $name {
             #[test]
             fn http() -> anyhow::Result<()> {
-                super::$name(tests::Scheme::Http)
+                super::$name(tests::Scheme::Http, tests::Store::Memory)
             }
             #[test]
             fn tls() -> anyhow::Result<()> {
-                super::$name(tests::Scheme::Tls)
+                super::$name(tests::Scheme::Tls, tests::Store::Memory)
             }
         }
     )*};
+}
+
+/// Runs each named test function once more with `--store etcd` on a real etcd, over plain
+/// HTTP: `on_etcd::NAME`.
+macro_rules! on_etcd {
+    ($($name:ident),* $(,)?) => {
+        mod on_etcd {$(
+            #[test]
+            fn $name() -> anyhow::Result<()> {
+                super::$name(tests::Scheme::Http, tests::Store::Etcd)
+            }
+        )*}
+    };
 }
 
 over_http_and_tls!(
@@ -46,8 +60,18 @@ over_http_and_tls!(
     identities,
 );
 
+on_etcd!(
+    get_pods_all_namespaces,
+    field_selector_spec_node_name,
+    label_pod,
+    patch_node_merge,
+    delete_pod,
+    watch_prints_label_change,
+    watch_prints_graceful_delete,
+);
+
 /// A simulator seeded with [`NODES`] nodes and [`PODS`] pods over [`NAMESPACES`] namespaces.
-fn seeded(scheme: Scheme, extra: &[&str]) -> anyhow::Result<SimProcess> {
+fn seeded(scheme: Scheme, store: Store, extra: &[&str]) -> anyhow::Result<SimProcess> {
     let (nodes, pods, namespaces) = (NODES.to_string(), PODS.to_string(), NAMESPACES.to_string());
     let mut args = vec![
         "--nodes",
@@ -59,7 +83,7 @@ fn seeded(scheme: Scheme, extra: &[&str]) -> anyhow::Result<SimProcess> {
     ];
     args.extend_from_slice(scheme.sim_args());
     args.extend_from_slice(extra);
-    let sim = SimProcess::start(&args)?;
+    let sim = SimProcess::start_on(store, &args)?;
     let prefix = format!("{}://127.0.0.1:", scheme.url_scheme());
     anyhow::ensure!(
         sim.url.starts_with(&prefix),
@@ -142,8 +166,8 @@ fn pod_names(k: &Kubectl, namespace: &str) -> anyhow::Result<Vec<String>> {
 
 // === reads ===
 
-fn get_nodes(scheme: Scheme) -> anyhow::Result<()> {
-    let sim = seeded(scheme, &[])?;
+fn get_nodes(scheme: Scheme, store: Store) -> anyhow::Result<()> {
+    let sim = seeded(scheme, store, &[])?;
     let k = sim.kubectl();
 
     let out = k.ok(&["get", "nodes"])?;
@@ -171,8 +195,8 @@ fn get_nodes(scheme: Scheme) -> anyhow::Result<()> {
     still_running(sim)
 }
 
-fn get_pods_all_namespaces(scheme: Scheme) -> anyhow::Result<()> {
-    let sim = seeded(scheme, &[])?;
+fn get_pods_all_namespaces(scheme: Scheme, store: Store) -> anyhow::Result<()> {
+    let sim = seeded(scheme, store, &[])?;
     let k = sim.kubectl();
 
     let out = k.ok(&["get", "pods", "-A"])?;
@@ -215,8 +239,8 @@ fn get_pods_all_namespaces(scheme: Scheme) -> anyhow::Result<()> {
     still_running(sim)
 }
 
-fn field_selector_spec_node_name(scheme: Scheme) -> anyhow::Result<()> {
-    let sim = seeded(scheme, &[])?;
+fn field_selector_spec_node_name(scheme: Scheme, store: Store) -> anyhow::Result<()> {
+    let sim = seeded(scheme, store, &[])?;
     let k = sim.kubectl();
     let selector = "spec.nodeName=node-7";
 
@@ -292,8 +316,8 @@ fn field_selector_spec_node_name(scheme: Scheme) -> anyhow::Result<()> {
 
 // === writes ===
 
-fn label_pod(scheme: Scheme) -> anyhow::Result<()> {
-    let sim = seeded(scheme, &[])?;
+fn label_pod(scheme: Scheme, store: Store) -> anyhow::Result<()> {
+    let sim = seeded(scheme, store, &[])?;
     let k = sim.kubectl();
     let names = pod_names(&k, "ns-2")?;
     let pod = names[0].as_str();
@@ -352,8 +376,8 @@ fn label_pod(scheme: Scheme) -> anyhow::Result<()> {
     still_running(sim)
 }
 
-fn patch_node_merge(scheme: Scheme) -> anyhow::Result<()> {
-    let sim = seeded(scheme, &[])?;
+fn patch_node_merge(scheme: Scheme, store: Store) -> anyhow::Result<()> {
+    let sim = seeded(scheme, store, &[])?;
     let k = sim.kubectl();
     let rv = |node: &str| -> anyhow::Result<u64> {
         let s = k.ok(&[
@@ -418,10 +442,10 @@ fn patch_node_merge(scheme: Scheme) -> anyhow::Result<()> {
     still_running(sim)
 }
 
-fn delete_pod(scheme: Scheme) -> anyhow::Result<()> {
+fn delete_pod(scheme: Scheme, store: Store) -> anyhow::Result<()> {
     // Long enough to see the pod Terminating from another kubectl.
     let delay = Duration::from_secs(5);
-    let sim = seeded(scheme, &["--kubelet-delete-delay", "5s"])?;
+    let sim = seeded(scheme, store, &["--kubelet-delete-delay", "5s"])?;
     let k = sim.kubectl();
     let names = pod_names(&k, "ns-1")?;
     let (waited, not_waited) = (names[0].as_str(), names[1].as_str());
@@ -480,8 +504,8 @@ fn delete_pod(scheme: Scheme) -> anyhow::Result<()> {
 
 // === watches ===
 
-fn watch_prints_label_change(scheme: Scheme) -> anyhow::Result<()> {
-    let sim = seeded(scheme, &[])?;
+fn watch_prints_label_change(scheme: Scheme, store: Store) -> anyhow::Result<()> {
+    let sim = seeded(scheme, store, &[])?;
     let k = sim.kubectl();
     let ns2 = pod_names(&k, "ns-2")?;
     let ns3 = pod_names(&k, "ns-3")?;
@@ -517,8 +541,8 @@ fn watch_prints_label_change(scheme: Scheme) -> anyhow::Result<()> {
     still_running(sim)
 }
 
-fn watch_prints_graceful_delete(scheme: Scheme) -> anyhow::Result<()> {
-    let sim = seeded(scheme, &[])?;
+fn watch_prints_graceful_delete(scheme: Scheme, store: Store) -> anyhow::Result<()> {
+    let sim = seeded(scheme, store, &[])?;
     let k = sim.kubectl();
     let names = pod_names(&k, "ns-1")?;
     let pod = names[names.len() - 1].as_str();
@@ -576,7 +600,7 @@ fn whoami(k: &Kubectl) -> anyhow::Result<(String, String, Vec<String>)> {
     ))
 }
 
-fn identities(scheme: Scheme) -> anyhow::Result<()> {
+fn identities(scheme: Scheme, store: Store) -> anyhow::Result<()> {
     let inputs = tempfile::tempdir()?;
     let tokens = inputs.path().join("tokens.csv");
     std::fs::write(
@@ -592,7 +616,7 @@ fn identities(scheme: Scheme) -> anyhow::Result<()> {
     if scheme == Scheme::Tls {
         args.extend(["--client-ca-file", &*ca_arg]);
     }
-    let sim = seeded(scheme, &args)?;
+    let sim = seeded(scheme, store, &args)?;
     let alice = sim.kubectl_as("alice", &KubeUser::Token("alice-token".into()))?;
     let wrong = sim.kubectl_as("wrong", &KubeUser::Token("not-a-token".into()))?;
 

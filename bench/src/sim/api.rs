@@ -220,6 +220,12 @@ impl Api {
                 .list_returned
                 .get_or_create(&l)
                 .inc_by(stats.returned);
+            if from_etcd {
+                let r = super::metrics::ResourceLabels {
+                    resource: def.name.to_string(),
+                };
+                api.metrics.storage_lists.get_or_create(&r).inc();
+            }
             api.count(&info2, def, 200, started);
         });
         let body = list::body(def, rv, map, plan, encoding, clock::now_unix(), on_done);

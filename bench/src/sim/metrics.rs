@@ -65,6 +65,8 @@ pub struct SimMetrics {
     pub duration: Family<DurationLabels, Histogram>,
     pub inflight: Family<KindLabels, Gauge<i64, AtomicI64>>,
     pub storage_objects: Family<ResourceLabels, Gauge<i64, AtomicI64>>,
+    /// LIST requests served from storage (etcd), not the watch cache.
+    pub storage_lists: Family<ResourceLabels, Counter>,
     pub list_fetched: Family<StorageListLabels, Counter>,
     pub list_returned: Family<StorageListLabels, Counter>,
     pub list_evaluated: Family<StorageListLabels, Counter>,
@@ -86,6 +88,7 @@ impl SimMetrics {
             }),
             inflight: Family::default(),
             storage_objects: Family::default(),
+            storage_lists: Family::default(),
             list_fetched: Family::default(),
             list_returned: Family::default(),
             list_evaluated: Family::default(),
@@ -110,6 +113,11 @@ impl SimMetrics {
             "apiserver_storage_objects",
             "Number of stored objects at the time of last check split by kind.",
             m.storage_objects.clone(),
+        );
+        registry.register(
+            "apiserver_storage_list",
+            "Number of LIST requests served from storage",
+            m.storage_lists.clone(),
         );
         registry.register(
             "apiserver_storage_list_fetched_objects",
