@@ -11,12 +11,14 @@
 //! - [`workspace_binary`]: where the workspace's binaries are, next to the test executable.
 
 mod binary;
+mod json;
 mod kubectl;
 mod lines;
 mod sim;
 mod tollgate;
 
 pub use binary::{fresh_workspace_binary, workspace_binary};
+pub use json::{abbreviated, str_at, user_info, whoami};
 pub use kubectl::{
     kubectl, Kubectl, KubectlBackground, KubectlOutput, KUBECTL_PROCESS_TIMEOUT,
     KUBECTL_REQUEST_TIMEOUT,

@@ -2,31 +2,6 @@
 
 use super::*;
 
-/// `kubectl auth whoami -o json`: user name, uid and groups.
-pub(crate) fn whoami(k: &Kubectl) -> anyhow::Result<(String, String, Vec<String>)> {
-    let review = k.json(&["auth", "whoami", "-o", "json"])?;
-    anyhow::ensure!(
-        review["kind"] == "SelfSubjectReview",
-        "not a SelfSubjectReview: {}",
-        abbreviated(&review)
-    );
-    let info = &review["status"]["userInfo"];
-    let groups = info["groups"]
-        .as_array()
-        .map(|g| {
-            g.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok((
-        str_at(info, "/username").to_string(),
-        str_at(info, "/uid").to_string(),
-        groups,
-    ))
-}
-
 pub(crate) fn identities(scheme: Scheme, store: Store) -> anyhow::Result<()> {
     let inputs = tempfile::tempdir()?;
     let tokens = inputs.path().join("tokens.csv");

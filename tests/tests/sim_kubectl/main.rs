@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::Value;
-use tests::{eventually, CertAuthority, KubeUser, Kubectl, Scheme, SimProcess, Store};
+use tests::{
+    abbreviated, eventually, str_at, whoami, CertAuthority, KubeUser, Kubectl, Scheme, SimProcess,
+    Store,
+};
 
 mod identity;
 mod reads;
@@ -131,15 +134,6 @@ fn items(list: &Value) -> anyhow::Result<&Vec<Value>> {
     list["items"]
         .as_array()
         .with_context(|| format!("no .items in {}", abbreviated(list)))
-}
-
-fn abbreviated(v: &Value) -> String {
-    let s = v.to_string();
-    s.chars().take(500).collect()
-}
-
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 /// `namespace/name` of each item.
