@@ -11,7 +11,7 @@
 //! - [`storage`]: memory or etcd, chosen at start; [`etcd`]: keys, txns, ranges, the cache's feed;
 //!   [`etcd_server`]: a local etcd process for tests and the demo.
 //! - [`resources`], [`discovery`], [`table`]: what is served and how kubectl sees it.
-//! - [`authn`], [`pki`], [`tls`], [`kubeconfig`]: identities, certificates, client config.
+//! - [`authn`], [`token_file`], [`pki`], [`tls`], [`kubeconfig`]: identities, certificates, client config.
 //! - [`inflight`], [`metrics`], [`seed`], [`server`], [`respond`], [`clock`], [`validate`].
 
 pub mod api;
@@ -39,6 +39,7 @@ pub mod storage;
 pub mod store;
 pub mod table;
 pub mod tls;
+pub mod token_file;
 pub mod validate;
 pub mod watch;
 pub mod write;
