@@ -11,6 +11,7 @@
 //! - [`workspace_binary`]: where the workspace's binaries are, next to the test executable.
 
 mod binary;
+mod child;
 mod json;
 mod kubectl;
 mod lines;

@@ -1,8 +1,9 @@
 //! `tollgate-bench sim` as a child process: an ephemeral port, its own temp dir, killed on drop.
 
+use crate::child::ServerChild;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -60,8 +61,8 @@ pub struct SimProcess {
     pub kubeconfig: PathBuf,
     /// With `--tls`: the CA that signed the serving certificate (`--cert-dir`/ca.crt).
     pub server_ca_pem: Option<String>,
-    child: Child,
-    stderr_log: PathBuf,
+    // First: killed before the rest is dropped.
+    process: ServerChild,
     // Keeps draining stdout so the simulator never blocks on a full pipe.
     _stdout: LineReader,
     /// With [`Store::Etcd`]: the simulator's etcd, stopped after it.
@@ -181,8 +182,7 @@ impl SimProcess {
             url,
             kubeconfig,
             server_ca_pem,
-            child,
-            stderr_log,
+            process: ServerChild::new(child, stderr_log),
             _stdout: stdout,
             etcd: None,
             dir,
@@ -212,25 +212,17 @@ impl SimProcess {
 
     /// What the simulator has logged on stderr so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+        self.process.log()
     }
 
     /// The simulator's process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// Whether the simulator is still running (it must be, at the end of every test).
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for SimProcess {
-    fn drop(&mut self) {
-        // Our own child, by its pid (the Child handle).
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.is_running()
     }
 }
 

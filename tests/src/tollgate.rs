@@ -2,11 +2,12 @@
 //! [`SimProcess`](crate::SimProcess)): ephemeral client and admin ports, its own temp dir with
 //! the certificates it is given, killed by pid on drop.
 
+use crate::child::ServerChild;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -64,8 +65,8 @@ pub struct TollgateProcess {
     pub admin_addr: String,
     /// With [`TollgateOptions::tls`]: the CA that signed tollgate's serving certificate.
     pub serving_ca_pem: Option<String>,
-    child: Child,
-    stderr_log: PathBuf,
+    // First: killed before the rest is dropped.
+    process: ServerChild,
     // Keeps draining stdout so tollgate never blocks on a full pipe.
     _stdout: LineReader,
     // Last: removed after the child is killed.
@@ -161,8 +162,7 @@ impl TollgateProcess {
                 url,
                 admin_addr,
                 serving_ca_pem,
-                child,
-                stderr_log,
+                process: ServerChild::new(child, stderr_log),
                 _stdout: stdout,
                 dir,
             },
@@ -229,25 +229,17 @@ impl TollgateProcess {
 
     /// What tollgate has logged on stderr so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+        self.process.log()
     }
 
     /// tollgate's process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// Whether tollgate is still running (it must be, at the end of every test).
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for TollgateProcess {
-    fn drop(&mut self) {
-        // Our own child, by its pid (the Child handle): SIGKILL, then reaped.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.is_running()
     }
 }
 
