@@ -128,8 +128,8 @@ impl LabelParser<'_> {
     }
 
     fn skip_ws(&mut self) {
-        while self.peek().is_some_and(|c| c.is_whitespace()) {
-            self.pos += 1;
+        while let Some(c) = self.peek().filter(|c| c.is_whitespace()) {
+            self.pos += c.len_utf8();
         }
     }
 

@@ -118,6 +118,14 @@ fn field_selector_errors_and_shape() {
     assert_eq!(s.exact("status.phase"), None);
 }
 
+#[test]
+fn non_ascii_whitespace_is_skipped_by_characters_not_bytes() {
+    // U+00A0 is whitespace two bytes long: stepping one byte split it (found by proptest).
+    let s = LabelSelector::parse("\u{a0}app=web\u{2003},\u{a0}tier").unwrap();
+    assert_eq!(s.keys(), vec!["app".to_string(), "tier".to_string()]);
+    assert!(LabelSelector::parse("\u{a0}\u{a0}").unwrap().is_empty());
+}
+
 proptest! {
     #[test]
     fn parsers_never_panic(s in ".{0,64}") {
