@@ -14,10 +14,12 @@
 #
 # Environment:
 #   SKIP_BUILD=1     use the existing release binaries (no cargo build)
+#   BIN_DIR=dir      where the release binaries are (default target/release)
 #   ROUNDS=3         interleaved rounds
 #   DURATION=8       seconds per wrk run
 #   SMALL_CONNS=16   wrk connections for the small GETs
 #   BIG_CONNS=2      wrk connections for the 200 MB downloads
+#   MODE=off         tollgate's --mode (issue 3 measures forwarding without enforcement)
 #   RESULTS=path     where to write the results (default bench/RESULTS.md; "-" prints only)
 set -euo pipefail
 
@@ -27,14 +29,16 @@ DURATION=${DURATION:-8}
 SMALL_CONNS=${SMALL_CONNS:-16}
 BIG_CONNS=${BIG_CONNS:-2}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
+MODE=${MODE:-off}
 BIG_BYTES=$((200 * 1024 * 1024))
 
 # Targets from issue 3.
 SMALL_TARGET=1.25
 BIG_TARGET=1.15
 
-die() { echo "proxy-bench: $*" >&2; exit 1; }
-log() { echo "proxy-bench: $*" >&2; }
+BENCH=proxy-bench
+# shellcheck source=lib.sh
+source "$ROOT/bench/scripts/lib.sh"
 
 for tool in curl wrk awk python3; do
     command -v "$tool" >/dev/null || die "$tool is missing"
@@ -42,88 +46,17 @@ done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x "$NGINX" ]] || die "nginx is missing (apt-get install -y nginx-light)"
 CLK_TCK=$(getconf CLK_TCK)
-
-# --- processes and temp dirs, cleaned up whatever happens -------------------------------
-TMP=$(mktemp -d /tmp/proxy-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -n "${KEEP_TMP:-}" ]] || rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP PIPE
+bench_init
 
 # --- build ---------------------------------------------------------------------------------
 if [[ -z "${SKIP_BUILD:-}" ]]; then
     log "building release binaries (tollgate, minproxy)…"
     (cd "$ROOT" && cargo build --release -q -p tollgate -p bench --bin tollgate --bin minproxy)
 fi
-TOLLGATE=$ROOT/target/release/tollgate
-MINPROXY=$ROOT/target/release/minproxy
+BIN_DIR=${BIN_DIR:-$ROOT/target/release}
+TOLLGATE=$BIN_DIR/tollgate
+MINPROXY=$BIN_DIR/minproxy
 [[ -x "$TOLLGATE" && -x "$MINPROXY" ]] || die "release binaries missing: run without SKIP_BUILD"
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-# Polls (bounded) until GET URL answers 200.
-wait_http() { # wait_http URL PID what
-    local i
-    for i in $(seq 200); do
-        curl -sf -o /dev/null -r 0-0 "$1" && return 0
-        kill -0 "$2" 2>/dev/null || die "$3 exited; see $TMP"
-        sleep 0.05
-    done
-    die "$3 did not answer at $1 within 10 s"
-}
-# Polls (bounded) stdout file FILE for "PREFIX URL"; prints URL.
-wait_line() { # wait_line FILE PREFIX PID what
-    local i url
-    for i in $(seq 400); do
-        url=$(grep -o "$2[^ ]*" "$1" 2>/dev/null | head -1 | awk '{print $NF}' || true)
-        [[ -n "$url" ]] && { echo "$url"; return 0; }
-        kill -0 "$3" 2>/dev/null || { cat "$1" >&2; die "$4 exited"; }
-        sleep 0.05
-    done
-    die "$4 printed no address within 20 s"
-}
-nginx_conf() { # nginx_conf DIR PORT SERVER_BLOCK [HTTP_EXTRA]
-    mkdir -p "$1/logs" "$1/tmp"
-    cat >"$1/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $1/nginx.pid;
-error_log $1/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    default_type application/octet-stream;
-    types { application/json json; }
-    keepalive_requests 100000000;
-    client_body_temp_path $1/tmp/body;
-    proxy_temp_path $1/tmp/proxy;
-    fastcgi_temp_path $1/tmp/fastcgi;
-    uwsgi_temp_path $1/tmp/uwsgi;
-    scgi_temp_path $1/tmp/scgi;
-    $4
-    server {
-        listen 127.0.0.1:$2;
-        $3
-    }
-}
-EOF
-}
-# The worker of a one-worker nginx whose master is PID.
-nginx_worker() {
-    local i w
-    for i in $(seq 100); do
-        w=$(cat "/proc/$1/task/$1/children" 2>/dev/null | awk '{print $1}')
-        [[ -n "$w" ]] && { echo "$w"; return 0; }
-        sleep 0.05
-    done
-    die "nginx master $1 has no worker"
-}
 
 # --- upstream: nginx serving the files -------------------------------------------------------
 # nginx workers run as an unprivileged user (when started as root): they must read the files.
@@ -178,7 +111,7 @@ upstream:
   healthCheck: {enabled: true, path: /small.json, intervalSeconds: 5, timeoutSeconds: 2}
   metricsScrape: {enabled: false}
 EOF
-RUST_LOG=info "$TOLLGATE" --config "$TMP/tollgate.yaml" --listen 127.0.0.1:0 \
+RUST_LOG=info "$TOLLGATE" --mode "$MODE" --config "$TMP/tollgate.yaml" --listen 127.0.0.1:0 \
     --admin-listen 127.0.0.1:0 --upstream "$UPSTREAM" >"$TMP/tollgate.out" 2>"$TMP/tollgate.err" &
 PIDS+=($!)
 PID[tollgate]=${PIDS[-1]}
@@ -193,7 +126,6 @@ for p in "${PROXIES[@]}"; do
     log "$p: ${URL[$p]} (pid ${PID[$p]})"
 done
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # wrk's "N requests in Ts, X.YZMB read" -> "N BYTES" (wrk's units are binary).
 wrk_totals() {
     awk '/requests in/ {

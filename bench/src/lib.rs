@@ -2,6 +2,12 @@
 //!
 //! Layout:
 //! - [`sim`]: the simulated kube-apiserver (`tollgate-bench sim`).
+//! - [`capacity`]: the capacity search (`tollgate-bench capacity`).
+//! - [`report`]: the HTML and Markdown reports (`tollgate-bench report`).
+//! - [`demo`]: the three-run demo (`tollgate-bench demo`).
 #![forbid(unsafe_code)]
 
+pub mod capacity;
+pub mod demo;
+pub mod report;
 pub mod sim;

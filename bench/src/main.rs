@@ -1,4 +1,4 @@
-//! `tollgate-bench`: the simulated kube-apiserver, and (later) the capacity search, reports and demo.
+//! `tollgate-bench`: the simulated kube-apiserver, the capacity search, reports and the demo.
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +17,21 @@ struct Cli {
 enum Command {
     /// Run a simulated kube-apiserver that kubectl, loadgen and tollgate can use.
     Sim(Box<bench::sim::SimArgs>),
+    /// Search how much load the system under test takes within its SLOs (capacity) or how much
+    /// resource a load needs (demand), Theodolite-style; resumable.
+    Capacity(bench::capacity::CapacityArgs),
+    /// Write the HTML report (report.html, self-contained) and its Markdown of a capacity,
+    /// demo or loadgen output directory.
+    Report(ReportArgs),
+    /// Show what tollgate does: the same workload three times on a simulated control plane
+    /// (heartbeats only, LIST storm without tollgate, through tollgate), then a report.
+    Demo(bench::demo::DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// The directory `capacity --output`, `demo --output` or `loadgen --output` wrote.
+    dir: std::path::PathBuf,
 }
 
 #[tokio::main]
@@ -32,6 +47,11 @@ async fn main() {
         Command::Sim(args) => bench::sim::run(*args, shutdown_signal())
             .await
             .map_err(anyhow::Error::from),
+        Command::Capacity(args) => bench::capacity::run::main(args, shutdown_signal()).await,
+        Command::Report(args) => bench::report::write_report(&args.dir)
+            .map(|page| println!("report: {}", page.display()))
+            .map_err(anyhow::Error::from),
+        Command::Demo(args) => bench::demo::main(args, shutdown_signal()).await,
     };
     // Exit here rather than by returning: dropping the runtime would wait for
     // a blocking stdin read (--exit-with-stdin) that may never end.

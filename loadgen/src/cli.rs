@@ -47,6 +47,34 @@ pub enum Command {
     Seed(crate::seed::SeedArgs),
     /// Delete exactly the objects loadgen created (label app.kubernetes.io/managed-by=loadgen).
     Cleanup(crate::seed::CleanupArgs),
+    /// Simulate nodes: a run whose load is --count nodes' heartbeats, leases and daemons (any run flag applies).
+    Nodes(Box<NodesCommand>),
+}
+
+/// `loadgen nodes --count N [RUN FLAGS]`: `loadgen --nodes N [RUN FLAGS]`.
+#[derive(Debug, clap::Args)]
+pub struct NodesCommand {
+    /// Nodes to simulate (same as --nodes) [default: the preset's].
+    #[arg(long)]
+    pub count: Option<u64>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+impl NodesCommand {
+    /// The run's [`Config`].
+    pub fn into_config(mut self) -> Result<Config, CliError> {
+        if self.count.is_some() {
+            self.run.node_args.nodes = self.count;
+        }
+        if self.run.node_args.nodes.is_none() && self.run.node_args.preset.is_none() {
+            return Err(CliError::Invalid {
+                flag: "count",
+                message: "give --count N or --preset".into(),
+            });
+        }
+        self.run.into_config()
+    }
 }
 
 /// `loadgen merge`.
@@ -73,7 +101,7 @@ pub struct TargetArgs {
     /// API server URL (e.g. https://127.0.0.1:6443); without it the kubeconfig is used.
     #[arg(long, help_heading = "Target")]
     pub server: Option<String>,
-    /// Kubeconfig file [default: $KUBECONFIG, else ~/.kube/config]. Exec plugins are not supported.
+    /// Kubeconfig file [default: $KUBECONFIG, else ~/.kube/config]; exec credential plugins are run.
     #[arg(long, help_heading = "Target")]
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context [default: current-context].
@@ -268,12 +296,16 @@ pub struct RunArgs {
     /// Field selector for watches.
     #[arg(long, help_heading = "Operations")]
     pub watch_field_selector: Option<String>,
+
+    // --- simulated nodes ---
+    #[command(flatten)]
+    pub node_args: crate::nodes::preset::NodeArgs,
 }
 
 /// Why the flags do not make a run.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    #[error("nothing to do: give at least one of --lists, --gets, --patches, --creates, --deletes, --burst, --watches")]
+    #[error("nothing to do: give at least one of --lists, --gets, --patches, --creates, --deletes, --burst, --watches, --nodes, --preset")]
     NoOperations,
     #[error("--{flag}: {message}")]
     Invalid { flag: &'static str, message: String },
@@ -352,6 +384,7 @@ impl RunArgs {
                 label_selector: self.watch_label_selector.clone(),
                 field_selector: self.watch_field_selector.clone(),
                 per_connection: self.watches_per_connection.max(1),
+                timeout: None,
             }),
             _ => None,
         };
@@ -362,7 +395,11 @@ impl RunArgs {
             object_prefix: self.object_prefix.clone(),
             run_id: run_id.clone(),
         });
-        if operations.is_empty() && watches.is_none() && burst.is_none() {
+        let mut nodes = self.node_args.spec(&namespace, &self.object_prefix);
+        if let Some(n) = nodes.as_mut() {
+            n.shard = self.shard;
+        }
+        if operations.is_empty() && watches.is_none() && burst.is_none() && nodes.is_none() {
             return Err(CliError::NoOperations);
         }
         let schedule = match self.schedule {
@@ -405,6 +442,7 @@ impl RunArgs {
             operations,
             watches,
             burst,
+            nodes,
             output: self.output,
             progress: !self.no_progress,
             drain_timeout: self.drain_timeout,

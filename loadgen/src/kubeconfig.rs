@@ -2,14 +2,17 @@
 //! pulling in the `kube` crate, which costs ~70% more build time on our
 //! machines. Supported: `certificate-authority(-data)`, `insecure-skip-tls-verify`,
 //! `tls-server-name`, `client-certificate(-data)`, `client-key(-data)`,
-//! `token`, `tokenFile`, the context's `namespace`, and `KUBECONFIG` lists
-//! (first file to define a name wins, as in client-go). Not supported yet:
-//! `exec` credential plugins and `auth-provider` (refused with a clear error).
+//! `token`, `tokenFile` (re-read every minute, see [`crate::credentials`]),
+//! `exec` credential plugins (see [`crate::exec`]), the context's `namespace`,
+//! and `KUBECONFIG` lists (first file to define a name wins, as in client-go).
+//! `auth-provider` (removed from kubectl in 1.26) is refused with a clear error.
 
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde::Deserialize;
+
+use crate::exec::{ClusterInfo, ExecConfig, ExecPlugin};
 
 /// What a kubeconfig context resolves to: everything needed to reach the server.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -20,7 +23,14 @@ pub struct ResolvedContext {
     pub tls_server_name: Option<String>,
     pub client_cert_pem: Option<Vec<u8>>,
     pub client_key_pem: Option<Vec<u8>>,
+    /// A static token (`token`).
     pub token: Option<String>,
+    /// `tokenFile`, resolved against the kubeconfig's directory.
+    pub token_file: Option<PathBuf>,
+    /// The `exec` plugin, when the user has no `token` or `tokenFile`.
+    pub exec: Option<ExecPlugin>,
+    /// The kubeconfig user's name, for messages.
+    pub user: Option<String>,
     pub namespace: Option<String>,
 }
 
@@ -41,8 +51,8 @@ pub enum KubeconfigError {
     NoContext,
     #[error("kubeconfig has no {kind} named `{name}`")]
     Missing { kind: &'static str, name: String },
-    #[error("kubeconfig user `{0}` uses an exec or auth-provider credential plugin, which loadgen does not support yet; use a token or client certificate")]
-    PluginUnsupported(String),
+    #[error("kubeconfig user `{user}` uses auth-provider `{provider}`, which loadgen does not support (kubectl dropped auth-provider plugins in 1.26); use an exec plugin (e.g. kubelogin for OIDC), a token or a client certificate")]
+    AuthProviderUnsupported { user: String, provider: String },
     #[error("kubeconfig field {field} is not valid base64")]
     Base64 { field: &'static str },
 }
@@ -88,7 +98,7 @@ struct User {
     token: Option<String>,
     #[serde(rename = "tokenFile")]
     token_file: Option<String>,
-    exec: Option<serde_json::Value>,
+    exec: Option<ExecConfig>,
     auth_provider: Option<serde_json::Value>,
 }
 
@@ -206,14 +216,42 @@ pub fn load(files: &[PathBuf], context: Option<&str>) -> Result<ResolvedContext,
             udir,
             "client-key-data",
         )?;
-        out.token = match (&user.token, &user.token_file) {
-            (Some(t), _) if !t.is_empty() => Some(t.clone()),
-            (_, Some(f)) => Some(read(&udir.join(f))?.trim().to_string()),
-            _ => None,
-        };
-        let has_static = out.token.is_some() || out.client_cert_pem.is_some();
-        if !has_static && (user.exec.is_some() || user.auth_provider.is_some()) {
-            return Err(KubeconfigError::PluginUnsupported(ctx.user.clone()));
+        out.user = Some(ctx.user.clone());
+        // As client-go: `token` first, then `tokenFile`, then the plugin.
+        match (&user.token, &user.token_file) {
+            (Some(t), _) if !t.is_empty() => out.token = Some(t.clone()),
+            (_, Some(f)) if !f.is_empty() => out.token_file = Some(udir.join(f)),
+            _ => {}
+        }
+        if let Some(provider) = &user.auth_provider {
+            return Err(KubeconfigError::AuthProviderUnsupported {
+                user: ctx.user.clone(),
+                provider: provider["name"].as_str().unwrap_or("?").to_string(),
+            });
+        }
+        if let Some(exec) = user
+            .exec
+            .clone()
+            .filter(|_| out.token.is_none() && out.token_file.is_none())
+        {
+            // client-go: a relative command with a path separator is relative
+            // to the kubeconfig's directory; a bare name is looked up in PATH.
+            let program = if exec.command.contains('/') {
+                udir.join(&exec.command)
+            } else {
+                PathBuf::from(&exec.command)
+            };
+            out.exec = Some(ExecPlugin {
+                user: ctx.user.clone(),
+                config: exec,
+                program,
+                cluster: ClusterInfo {
+                    server: out.server.clone(),
+                    tls_server_name: out.tls_server_name.clone(),
+                    insecure_skip_tls_verify: out.insecure_skip_tls_verify,
+                    ca_pem: out.ca_pem.clone(),
+                },
+            });
         }
     }
     Ok(out)
@@ -285,6 +323,8 @@ contexts:
   context: {cluster: c2, user: bob}
 - name: plugin
   context: {cluster: c1, user: eve}
+- name: oidc
+  context: {cluster: c1, user: mallory}
 users:
 - name: alice
   user:
@@ -295,7 +335,10 @@ users:
     tokenFile: token.txt
 - name: eve
   user:
-    exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}
+    exec: {command: ./bin/get-token, args: [--x], apiVersion: client.authentication.k8s.io/v1, provideClusterInfo: true}
+- name: mallory
+  user:
+    auth-provider: {name: oidc, config: {}}
 "#;
 
     fn write_config() -> tempfile::TempDir {
@@ -323,16 +366,25 @@ users:
         let r = load(&[dir.path().join("config")], Some("prod")).expect("load");
         assert_eq!(r.ca_pem.as_deref(), Some(&b"CAFILE"[..]));
         assert!(r.insecure_skip_tls_verify);
-        assert_eq!(r.token.as_deref(), Some("s3cret"));
+        assert_eq!(r.token_file, Some(dir.path().join("token.txt")));
+        assert_eq!(r.token, None);
     }
 
     #[test]
-    fn refuses_plugins_and_unknown_names() {
+    fn exec_plugins_resolve_and_auth_providers_are_refused() {
         let dir = write_config();
         let path = [dir.path().join("config")];
-        let err = load(&path, Some("plugin")).expect_err("exec");
+        let r = load(&path, Some("plugin")).expect("exec");
+        let exec = r.exec.expect("plugin");
+        assert_eq!(exec.user, "eve");
+        assert_eq!(exec.program, dir.path().join("./bin/get-token"));
+        assert_eq!(exec.config.args, vec!["--x".to_string()]);
+        assert_eq!(exec.cluster.server, "https://10.0.0.1:6443");
+        assert_eq!(exec.cluster.ca_pem.as_deref(), Some(&b"CAPEM"[..]));
+        let err = load(&path, Some("oidc")).expect_err("auth-provider");
         assert!(
-            matches!(err, KubeconfigError::PluginUnsupported(_)),
+            err.to_string()
+                .contains("user `mallory` uses auth-provider `oidc`"),
             "{err}"
         );
         let err = load(&path, Some("nope")).expect_err("missing");

@@ -7,26 +7,36 @@
 //! - [`rate`]: `N/s`, `N/min`, `N/h`.
 //! - [`schedule`]: when each request is meant to start (constant, Poisson, steps); pure.
 //! - [`kubeconfig`]: our own kubeconfig reader (no `kube` crate: build cost).
+//! - [`exec`]: exec credential plugins (`ExecCredential` v1 / v1beta1).
+//! - [`credentials`]: the bearer token or plugin credential, kept fresh (tokenFile, expiry, 401).
 //! - [`target`]: server URL, TLS (rustls + ring), HTTP/1.1 or HTTP/2, the pooled client.
+//! - [`conn`]: a driver's own connections (hyper's per-connection senders, no pool).
 //! - [`ops`]: the operations (LIST, GET, PATCH, create, delete) and their requests.
 //! - [`send`]: one request with timeout, body accounting, 429 understanding, Retry-After.
 //! - [`watch`]: informer-like watchers (list → watch → reconnect / relist, backoff).
 //! - [`record`]: per-operation HDR histograms, counts, per-class split, time series.
-//! - [`run`]: the run itself — open-loop drivers, burst, watchers, drain, report.
+//! - [`run`]: the run itself — burst, watchers, drain, report.
+//! - `drive`: one operation's open-loop driver on a thread of its own.
 //! - [`report`]: the `summary.json` schema and the end table.
 //! - [`merge`]: `loadgen merge` of `--shard i/N` results (histograms merged).
 //! - [`metrics`]: `--metrics-listen`, loadgen's own `loadgen_` metrics.
 //! - [`output`]: `--output DIR` files (summary, perfdata, timeseries.csv, histograms).
 //! - [`progress`]: the live indicatif line.
 //! - [`safety`]: namespace allow-list, object cap, `--dry-run` plan.
+//! - [`nodes`]: `--nodes N` / `loadgen nodes`: simulated kubelets (heartbeats, leases), daemons, `--bind`, presets.
 //! - [`seed`]: `loadgen seed` / `cleanup` (fake nodes and pods, removed by label).
 //! - [`server_metrics`]: `--server-metrics` scraping (CPU and memory of the server).
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod conn;
+pub mod credentials;
+mod drive;
+pub mod exec;
 pub mod kubeconfig;
 pub mod merge;
 pub mod metrics;
+pub mod nodes;
 pub mod ops;
 pub mod output;
 pub mod progress;
@@ -61,6 +71,8 @@ pub struct Config {
     pub operations: Vec<ops::OpSpec>,
     pub watches: Option<watch::WatchSpec>,
     pub burst: Option<BurstSpec>,
+    /// `--nodes N` / `--preset`: simulated kubelets and their daemons.
+    pub nodes: Option<nodes::NodeSimSpec>,
     /// Where to write results, if anywhere.
     pub output: Option<PathBuf>,
     /// Draw the progress line (only on a terminal).
@@ -141,6 +153,8 @@ pub enum Error {
     Unreachable { server: String, reason: String },
     #[error("refusing to write into namespace `{namespace}`: {why}; create it with `loadgen seed --namespaces` or allow it with --namespace-allow {namespace}")]
     NamespaceNotAllowed { namespace: String, why: String },
+    #[error(transparent)]
+    Nodes(#[from] nodes::NodesError),
     #[error("interrupted before the load started")]
     Interrupted,
     #[error("--metrics-listen {addr}")]

@@ -16,20 +16,26 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let result = match cli.command {
-        Some(command) => tool(command),
-        None => match cli.run.into_config() {
-            Ok(config) if config.dry_run => {
-                print!("{}", loadgen::safety::plan(&config));
-                Ok(())
-            }
-            Ok(config) => run(config),
-            Err(e) => {
-                eprintln!("loadgen: {e}");
-                return ExitCode::from(64);
-            }
-        },
+    let config = match cli.command {
+        Some(Command::Nodes(nodes)) => (*nodes).into_config(),
+        Some(command) => return finish(tool(command)),
+        None => cli.run.into_config(),
     };
+    let result = match config {
+        Ok(config) if config.dry_run => {
+            print!("{}", loadgen::safety::plan(&config));
+            Ok(())
+        }
+        Ok(config) => run(config),
+        Err(e) => {
+            eprintln!("loadgen: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -77,6 +83,8 @@ fn tool(command: Command) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        // Handled as a run by `main`.
+        Command::Nodes(_) => Ok(()),
         Command::Cleanup(args) => {
             let rt = tokio::runtime::Runtime::new()?;
             let tally = rt.block_on(loadgen::seed::cleanup(&args))?;

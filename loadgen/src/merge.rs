@@ -169,6 +169,20 @@ fn ratio(n: u64, d: u64) -> f64 {
     }
 }
 
+/// Two shards' watch counters added.
+fn add_watches(a: &WatchSummary, b: &WatchSummary) -> WatchSummary {
+    WatchSummary {
+        watchers: a.watchers + b.watchers,
+        active_at_end: a.active_at_end + b.active_at_end,
+        events: a.events + b.events,
+        bookmarks: a.bookmarks + b.bookmarks,
+        reconnects: a.reconnects + b.reconnects,
+        relists: a.relists + b.relists,
+        gone_410: a.gone_410 + b.gone_410,
+        errors: a.errors + b.errors,
+    }
+}
+
 /// Merges shard reports (loaded with [`load`]).
 pub fn merge_reports(shards: Vec<Report>) -> Report {
     let mut it = shards.into_iter();
@@ -182,6 +196,7 @@ pub fn merge_reports(shards: Vec<Report>) -> Report {
             schedule: String::new(),
             operations: Vec::new(),
             watches: None,
+            nodes: None,
             server_metrics: Vec::new(),
             shard: None,
             histograms: BTreeMap::new(),
@@ -211,15 +226,17 @@ pub fn merge_reports(shards: Vec<Report>) -> Report {
             }
         }
         merged.watches = match (merged.watches.take(), r.watches) {
-            (Some(a), Some(b)) => Some(WatchSummary {
-                watchers: a.watchers + b.watchers,
-                active_at_end: a.active_at_end + b.active_at_end,
-                events: a.events + b.events,
-                bookmarks: a.bookmarks + b.bookmarks,
-                reconnects: a.reconnects + b.reconnects,
-                relists: a.relists + b.relists,
-                gone_410: a.gone_410 + b.gone_410,
-                errors: a.errors + b.errors,
+            (Some(a), Some(b)) => Some(add_watches(&a, &b)),
+            (a, b) => a.or(b),
+        };
+        // Shards simulate disjoint nodes: their counts add up.
+        merged.nodes = match (merged.nodes.take(), r.nodes) {
+            (Some(a), Some(b)) => Some(crate::nodes::NodesSummary {
+                nodes: a.nodes + b.nodes,
+                daemons: a.daemons + b.daemons,
+                pods_bound: a.pods_bound + b.pods_bound,
+                daemon_watches: add_watches(&a.daemon_watches, &b.daemon_watches),
+                ..a
             }),
             (a, b) => a.or(b),
         };

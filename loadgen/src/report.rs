@@ -12,7 +12,9 @@
 //!   retries, final_429}, rejections_429_body: {status_json, plain_text}, bytes,
 //!   server_classes: [{class, source, name?, requests, rejected_429, rate_429, errors,
 //!   latency_ms}]}], watches: {watchers, active_at_end, events, bookmarks,
-//!   reconnects, relists, gone_410, errors} | null, server_metrics: [{url,
+//!   reconnects, relists, gone_410, errors} | null, nodes: {nodes,
+//!   heartbeat_interval_s, lease_renew_interval_s, daemons, pods_bound,
+//!   daemon_watches: {…as watches}} | null, server_metrics: [{url,
 //!   samples, scrape_errors, cpu_source, cpu_cores_avg, cpu_cores_peak,
 //!   memory_source, memory_bytes_avg, memory_bytes_peak}], shard: {index, count} | null}`.
 
@@ -44,6 +46,9 @@ pub struct Report {
     pub schedule: String,
     pub operations: Vec<OperationSummary>,
     pub watches: Option<WatchSummary>,
+    /// `--nodes`: the simulated nodes and their daemons' watches.
+    #[serde(default)]
+    pub nodes: Option<crate::nodes::NodesSummary>,
     /// `--server-metrics` sources.
     #[serde(default)]
     pub server_metrics: Vec<crate::server_metrics::ServerMetricsSummary>,
@@ -301,6 +306,7 @@ impl Report {
             schedule: schedule_name(&config.schedule),
             operations: Vec::new(),
             watches: None,
+            nodes: None,
             server_metrics: Vec::new(),
             shard: config.shard,
             histograms: BTreeMap::new(),
@@ -411,6 +417,15 @@ impl Report {
                 w.watchers, w.active_at_end, w.events, w.bookmarks, w.reconnects, w.relists, w.gone_410, w.errors
             );
         }
+        if let Some(n) = &self.nodes {
+            let w = &n.daemon_watches;
+            let _ = writeln!(
+                out,
+                "nodes: {} simulated (status every {}s, lease every {}s), {} pods bound; daemons: {} watchers, {} active at end, {} events, {} relists ({} gone), {} errors",
+                n.nodes, n.heartbeat_interval_s, n.lease_renew_interval_s, n.pods_bound,
+                w.watchers, w.active_at_end, w.events, w.relists, w.gone_410, w.errors
+            );
+        }
         for m in &self.server_metrics {
             let cores = |v: Option<f64>| v.map(|c| format!("{c:.2}")).unwrap_or_else(|| "-".into());
             let mib = |v: Option<f64>| {
@@ -481,6 +496,23 @@ fn describe(config: &Config, sum: &mut OperationSummary) {
         };
         sum.verb = verb.to_string();
         sum.scope = scope.to_string();
+        return;
+    }
+    if let Some((verb, resource, scope)) = crate::nodes::describe(&sum.name) {
+        sum.verb = verb.into();
+        sum.resource = resource.into();
+        sum.scope = scope.into();
+        if let Some(n) = &config.nodes {
+            let nodes = n.indices().count() as f64;
+            let every = match sum.name.as_str() {
+                crate::nodes::OP_HEARTBEAT => n.heartbeat,
+                crate::nodes::OP_LEASE => n.lease_renew,
+                _ => std::time::Duration::ZERO,
+            };
+            if !every.is_zero() {
+                sum.target_rate_per_s = Some(nodes / every.as_secs_f64());
+            }
+        }
         return;
     }
     let (verb, resource, scope) = match sum.name.as_str() {

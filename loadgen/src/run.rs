@@ -1,33 +1,34 @@
 //! The run: resolve the target, check it answers, start every operation's
-//! open-loop driver, the burst, the watchers and the progress line; stop at
-//! `--duration` or on shutdown; collect the report.
+//! open-loop driver (each on a thread of its own, see [`crate::drive`]), the
+//! burst, the watchers and the progress line; stop at `--duration` or on
+//! shutdown; collect the report.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::conn::Conns;
 use crate::ops::{CreatedPods, OpKind, OpSpec, Planned};
-use crate::record::{OpRecorder, Outcome};
+use crate::record::OpRecorder;
 use crate::report::Report;
-use crate::schedule::Ticks;
-use crate::send::{self, Sent};
+use crate::send;
 use crate::target::ApiClient;
 use crate::watch::{self, WatchStats};
 use crate::{Config, Error};
 
-/// Shared by every request task of the run.
-struct RunCtx {
-    client: ApiClient,
-    config: Config,
-    created: CreatedPods,
+/// Shared by every driver and request of the run.
+pub(crate) struct RunCtx {
+    /// The pooled client, for the burst and the checks around the run.
+    pub(crate) client: ApiClient,
+    pub(crate) config: Config,
+    pub(crate) created: CreatedPods,
     /// Objects created so far (for `--max-objects`).
-    creations: std::sync::atomic::AtomicU64,
+    pub(crate) creations: std::sync::atomic::AtomicU64,
     /// The last list revision seen, for `--list-rv exact`.
-    last_rv: Mutex<Option<String>>,
+    pub(crate) last_rv: Mutex<Option<String>>,
 }
 
 /// Runs the load described by `config` until `--duration` ends or `shutdown`
@@ -55,6 +56,9 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
             w.namespace = Some(ns.clone());
         }
     }
+    if let Some(n) = config.nodes.as_mut().filter(|n| n.namespace.is_empty()) {
+        n.namespace = ns.clone();
+    }
     let client = ApiClient::new(&target);
     let checks = async {
         preflight(&client, config.send.timeout.min(Duration::from_secs(10))).await?;
@@ -64,6 +68,15 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
         r = checks => r?,
         _ = shutdown.cancelled() => return Err(Error::Interrupted),
     }
+    // Nodes (leases, pods) are registered before the clock starts: at 5,000
+    // nodes and 150k pods that takes a while and is not part of the load.
+    let sim_nodes = match &config.nodes {
+        None => None,
+        Some(spec) => tokio::select! {
+            r = crate::nodes::kubelet::register(&client, spec) => Some(r?),
+            _ = shutdown.cancelled() => return Err(Error::Interrupted),
+        },
+    };
 
     // Bound before any load starts, so a busy address fails the run up front.
     let metrics_listener = match &config.metrics_listen {
@@ -84,7 +97,7 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
     let scrapers = config
         .server_metrics
         .iter()
-        .map(|url| crate::server_metrics::Scraper::new(&config.target, url))
+        .map(|url| crate::server_metrics::Scraper::new(&config.target, url, &target.credentials))
         .collect::<Result<Vec<_>, _>>()?;
     let scrape_stop = CancellationToken::new();
     let scraping: Vec<_> = scrapers
@@ -109,13 +122,24 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
     for op in &config.operations {
         let rec = Arc::new(OpRecorder::new(op.name.clone(), start));
         recorders.push(rec.clone());
-        let (op, ctx, abort, t) = (
+        let conns = Conns::new(&target);
+        match crate::drive::spawn(
             Arc::new(op.clone()),
             ctx.clone(),
+            rec,
+            start,
             abort.clone(),
-            tracker.clone(),
-        );
-        tracker.spawn(drive(op, ctx, rec, start, abort, t));
+            conns,
+        ) {
+            Ok(done) => {
+                tracker.spawn(async move {
+                    let _ = done.await;
+                });
+            }
+            Err(e) => {
+                tracing::error!(operation = %op.name, error = %e, "cannot start the driver thread")
+            }
+        }
     }
     if let Some(burst) = &config.burst {
         let create = Arc::new(OpRecorder::new("burst-create", start));
@@ -157,6 +181,21 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
             };
             tracker.spawn(w.run(watch_stop.clone()));
         }
+    }
+    let node_stats = crate::nodes::NodesStats::default();
+    if let (Some(spec), Some(nodes)) = (&config.nodes, sim_nodes) {
+        let ctx = crate::nodes::StartCtx {
+            target: &target,
+            client: &ctx.client,
+            send: &config.send,
+            start,
+            duration: config.duration,
+            max_in_flight: config.max_in_flight,
+            tracker: &tracker,
+            abort: &abort,
+            watch_stop: &watch_stop,
+        };
+        recorders.extend(crate::nodes::start(spec, nodes, ctx, &node_stats));
     }
     tracker.close();
     let metrics_stop = CancellationToken::new();
@@ -217,6 +256,7 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
         &watch_stats,
     );
     report.server_metrics = server_metrics;
+    report.nodes = config.nodes.as_ref().map(|spec| node_stats.summary(spec));
     name_priority_levels(&ctx.client, &mut report).await;
     if let Some(dir) = &config.output {
         crate::output::write_all(dir, &report).map_err(|source| Error::Output {
@@ -319,227 +359,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// How much earlier than intended the tick thread wakes: Linux's default
-/// timer slack, by which a sleep overshoots.
-const TIMER_SLACK: Duration = Duration::from_micros(50);
-/// Longest single sleep of the tick thread, so it notices a stopped run soon.
-const MAX_NAP: Duration = Duration::from_millis(100);
-/// Shortest time between two wakes of the tick thread: above 1,000/s, ticks
-/// due within a millisecond of its last wake leave together (late, never
-/// early), so the thread and the runtime are woken at most 1,000 times a
-/// second (as often as by tokio's timer), not once per request.
-const MIN_WAKE_GAP: Duration = Duration::from_millis(1);
-
-/// The tick thread of one operation: sleeps until each intended start (less
-/// [`TIMER_SLACK`]) and hands `(i, offset)` to the async driver. An OS thread,
-/// because tokio's timer has millisecond resolution (a deadline is rounded to
-/// the next millisecond and fires when a worker polls its time driver): at
-/// 1,000/s, requests left 0.3 ms off schedule at the median, measured by the
-/// receiving server, against 0.02 ms with this thread, which the kernel's
-/// high-resolution timers wake. Ends when the schedule passes `duration` or
-/// the driver is gone.
-fn tick_thread(
-    ticks: Ticks,
-    phase: Duration,
-    duration: Duration,
-    start: std::time::Instant,
-    tx: tokio::sync::mpsc::UnboundedSender<(u64, Duration)>,
-) {
-    // What the thread last slept until (not when it woke: overshoots must not add up).
-    let mut last_target: Option<std::time::Instant> = None;
-    for (i, offset) in ticks.enumerate() {
-        let at = offset + phase;
-        if at >= duration {
-            return;
-        }
-        let due = (start + at).checked_sub(TIMER_SLACK).unwrap_or(start);
-        // Not yet due: sleep until then, but not sooner than MIN_WAKE_GAP after
-        // the last wake. Ticks already due leave at once.
-        if std::time::Instant::now() < due {
-            let wake = last_target.map_or(due, |t| due.max(t + MIN_WAKE_GAP));
-            loop {
-                if tx.is_closed() {
-                    return;
-                }
-                let now = std::time::Instant::now();
-                if now >= wake {
-                    break;
-                }
-                std::thread::sleep((wake - now).min(MAX_NAP));
-            }
-            last_target = Some(wake);
-        }
-        if tx.send((i as u64, offset)).is_err() {
-            return;
-        }
-    }
-}
-
-/// One operation's open-loop driver: takes each tick from its tick thread at
-/// the intended start and issues the request without waiting for earlier ones;
-/// at `--max-in-flight` outstanding requests, the tick is dropped and counted.
-async fn drive(
-    op: Arc<OpSpec>,
-    ctx: Arc<RunCtx>,
-    rec: Arc<OpRecorder>,
-    start: Instant,
-    abort: CancellationToken,
-    tracker: TaskTracker,
-) {
-    let slots = Arc::new(Semaphore::new(ctx.config.max_in_flight.max(1)));
-    let ticks = Ticks::new(ctx.config.schedule.clone(), op.rate);
-    // Shards of a constant schedule interleave: shard i starts i/N of a period late.
-    let phase = match ctx.config.shard {
-        Some(s) => Duration::from_secs_f64(
-            f64::from(s.index) / f64::from(s.count) / op.rate.as_per_second(),
-        ),
-        None => Duration::ZERO,
-    };
-    let step = match ctx.config.schedule {
-        crate::schedule::ScheduleKind::Steps { step, .. } if !step.is_zero() => Some(step),
-        _ => None,
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let (duration, std_start) = (ctx.config.duration, start.into_std());
-    let spawned = std::thread::Builder::new()
-        .name(format!("loadgen-ticks-{}", op.name))
-        .spawn(move || tick_thread(ticks, phase, duration, std_start, tx));
-    if let Err(e) = spawned {
-        tracing::error!(operation = %op.name, error = %e, "cannot start the tick thread");
-        return;
-    }
-    loop {
-        let (i, offset) = tokio::select! {
-            biased;
-            _ = abort.cancelled() => break,
-            tick = rx.recv() => match tick {
-                Some(tick) => tick,
-                None => break,
-            },
-        };
-        let slice = step.map(|s| (offset.as_secs_f64() / s.as_secs_f64()) as usize);
-        let intended = start + offset + phase;
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            rec.drop_one();
-            continue;
-        };
-        let now = Instant::now();
-        rec.record_start_lag(now.saturating_duration_since(intended));
-        // Latency runs from the intended start, or from the actual one if the
-        // request left early: never shorter than what the server took.
-        let intended = intended.min(now);
-        let (op, ctx, rec, abort) = (op.clone(), ctx.clone(), rec.clone(), abort.clone());
-        tracker.spawn(async move {
-            tokio::select! {
-                _ = abort.cancelled() => rec.cancel_one(),
-                sent = execute(&op, &ctx, i) => match sent {
-                    Some(sent) => {
-                        let latency = intended.elapsed();
-                        rec.record(&sent.outcome, latency, ctx.config.send.honor_retry_after);
-                        if let Some(k) = slice {
-                            rec.record_slice(k, &sent.outcome, latency);
-                        }
-                    }
-                    None => rec.skip_one(),
-                },
-            }
-            drop(permit);
-        });
-    }
-}
-
-/// Performs the `i`-th request of `op`: a paged LIST follows `continue` to the
-/// end and counts as one request. `None` when there is nothing to do.
-async fn execute(op: &OpSpec, ctx: &RunCtx, i: u64) -> Option<Sent> {
-    let opts = &ctx.config.send;
-    match &op.kind {
-        OpKind::List { limit, rv, .. } => {
-            let want_meta = limit.is_some() || *rv == crate::ops::ListRv::Exact;
-            let exact = ctx
-                .last_rv
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            let mut planned = op.plan(i, exact.as_deref(), None)?;
-            let base_path = planned.path.clone();
-            let mut total = Outcome::default();
-            loop {
-                let sent = send::send(&ctx.client, &planned, opts, want_meta).await;
-                merge(&mut total, sent.outcome);
-                let Some(meta) = sent.list_meta.filter(|_| total.is_success()) else {
-                    return Some(Sent {
-                        outcome: total,
-                        list_meta: None,
-                    });
-                };
-                if !meta.resource_version.is_empty() {
-                    *ctx.last_rv.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(meta.resource_version.clone());
-                }
-                if meta.continue_token.is_empty() || limit.is_none() {
-                    return Some(Sent {
-                        outcome: total,
-                        list_meta: Some(meta),
-                    });
-                }
-                planned.path = continue_path(&base_path, &meta.continue_token);
-            }
-        }
-        OpKind::Delete => {
-            let name = ctx.created.pop()?;
-            let planned = op.plan(i, None, Some(&name))?;
-            Some(send::send(&ctx.client, &planned, opts, false).await)
-        }
-        OpKind::Create => {
-            if ctx
-                .creations
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                >= ctx.config.max_objects
-            {
-                return None;
-            }
-            let planned = op.plan(i, None, None)?;
-            let sent = send::send(&ctx.client, &planned, opts, false).await;
-            if sent.outcome.is_success() {
-                ctx.created.push(op.created_name(i));
-            }
-            Some(sent)
-        }
-        OpKind::Get | OpKind::Patch { .. } => {
-            let planned = op.plan(i, None, None)?;
-            Some(send::send(&ctx.client, &planned, opts, false).await)
-        }
-    }
-}
-
-/// The next page of a LIST: like client-go's pager, `continue` replaces
-/// `resourceVersion`/`resourceVersionMatch` (the apiserver refuses both together).
-fn continue_path(base: &str, token: &str) -> String {
-    let (path, query) = base.split_once('?').unwrap_or((base, ""));
-    let mut params: Vec<String> = query
-        .split('&')
-        .filter(|kv| {
-            !kv.is_empty()
-                && !kv.starts_with("resourceVersion=")
-                && !kv.starts_with("resourceVersionMatch=")
-        })
-        .map(str::to_string)
-        .collect();
-    params.push(format!("continue={}", crate::ops::encode(token)));
-    format!("{path}?{}", params.join("&"))
-}
-
-/// Adds one page's outcome to a paged request's total.
-fn merge(total: &mut Outcome, page: Outcome) {
-    total.first_try_429 |= page.first_try_429 && total.status.is_none();
-    total.status = page.status;
-    total.error = page.error;
-    total.bytes += page.bytes;
-    total.retries += page.retries;
-    total.server_class = page.server_class;
-    total.rejection = page.rejection;
-}
-
 /// Tess.IO's first table: `count` pods created in parallel, then deleted in
 /// parallel; each latency runs from the moment the whole burst was released.
 async fn run_burst(
@@ -596,21 +415,4 @@ async fn run_burst(
         }
     });
     futures_util::future::join_all(deletes).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn continuation_drops_the_resource_version() {
-        assert_eq!(
-            continue_path("/api/v1/pods?labelSelector=a%3Db&resourceVersion=7&resourceVersionMatch=Exact&limit=2", "t/1"),
-            "/api/v1/pods?labelSelector=a%3Db&limit=2&continue=t%2F1"
-        );
-        assert_eq!(
-            continue_path("/api/v1/pods", "x"),
-            "/api/v1/pods?continue=x"
-        );
-    }
 }

@@ -28,6 +28,15 @@ pub fn write_namespaces(config: &Config) -> BTreeSet<String> {
     if let Some(b) = &config.burst {
         out.insert(b.namespace.clone());
     }
+    // Simulated nodes write pods (--pods-per-node) and bind them (--bind) in
+    // their namespace; nodes and leases are their own (labelled), not a namespace's.
+    if let Some(n) = config
+        .nodes
+        .as_ref()
+        .filter(|n| n.pods_per_node > 0 || n.bind)
+    {
+        out.insert(n.namespace.clone());
+    }
     out
 }
 
@@ -127,6 +136,30 @@ pub fn plan(config: &Config) -> String {
                 Some("") => "<kubeconfig namespace or default>",
                 Some(ns) => ns,
             }
+        );
+    }
+    if let Some(n) = &config.nodes {
+        let nodes = n.indices().count();
+        let every = |what: &str, interval: std::time::Duration| {
+            if interval.is_zero() {
+                format!("{what} off")
+            } else {
+                let rate = nodes as f64 / interval.as_secs_f64();
+                format!("{what} every {interval:?} ({rate:.1}/s)")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "nodes    {nodes} ({}): {}, {}, {} daemons and {} pods per node{}",
+            match &n.adopt_selector {
+                Some(s) => format!("adopting nodes matching {s}"),
+                None => format!("{}node-K, created or adopted", n.object_prefix),
+            },
+            every("status", n.heartbeat),
+            every("lease", n.lease_renew),
+            n.daemons_per_node,
+            n.pods_per_node,
+            if n.bind { ", binding pending pods" } else { "" }
         );
     }
     let _ = writeln!(out, "creates at most {} objects", config.max_objects);

@@ -24,8 +24,9 @@ pub enum ScheduleKind {
     Steps { steps: u32, step: Duration },
 }
 
-/// An endless iterator of intended start offsets for one operation.
-#[derive(Debug)]
+/// An endless iterator of intended start offsets for one operation; a clone
+/// yields the same offsets (Poisson gaps included: the generator is cloned).
+#[derive(Debug, Clone)]
 pub struct Ticks {
     kind: ScheduleKind,
     rate: f64,

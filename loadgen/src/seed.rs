@@ -97,6 +97,9 @@ async fn call(
         .map_err(|e| e.to_string())?;
     let resp = client.send(req).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
+    if status == 401 {
+        client.unauthorized();
+    }
     let body = resp
         .into_body()
         .collect()
@@ -210,19 +213,27 @@ pub async fn seed(args: &SeedArgs) -> Result<Tally, SeedError> {
     Ok(tally)
 }
 
-/// Deletes every pod, node and namespace labelled as loadgen's, and nothing else.
+/// Deletes every pod, node lease, node and namespace labelled as loadgen's,
+/// and nothing else (leases are made by `--nodes` runs).
 pub async fn cleanup(args: &CleanupArgs) -> Result<Tally, SeedError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = ApiClient::new(&args.target.options().resolve()?);
     let mut tally = Tally::default();
-    for collection in ["/api/v1/pods", "/api/v1/nodes", "/api/v1/namespaces"] {
+    for collection in [
+        "/api/v1/pods",
+        "/apis/coordination.k8s.io/v1/leases",
+        "/api/v1/nodes",
+        "/api/v1/namespaces",
+    ] {
         let objects = list_managed(&client, collection).await?;
         let jobs = objects
             .into_iter()
             .map(|(ns, name)| Job {
                 method: Method::DELETE,
-                path: match (collection, ns) {
-                    ("/api/v1/pods", Some(ns)) => format!("/api/v1/namespaces/{ns}/pods/{name}"),
+                path: match (collection.rsplit_once('/'), ns) {
+                    (Some((root, plural)), Some(ns)) => {
+                        format!("{root}/namespaces/{ns}/{plural}/{name}")
+                    }
                     _ => format!("{collection}/{name}"),
                 },
                 body: None,

@@ -2,13 +2,72 @@
 //! end (counting bytes), understanding 429s (Kubernetes `Status` JSON or plain
 //! text), the server-reported class, and client-go-like Retry-After retries.
 
+use std::future::Future;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 
+use crate::conn::{classify as classify_hyper, Conns, Lease};
 use crate::ops::Planned;
 use crate::record::{ClassSource, ErrorClass, Outcome, RejectionBody};
 use crate::target::ApiClient;
+
+/// What sends a planned request: a driver's own [`Conns`] (the scheduled
+/// operations) or the pooled [`ApiClient`] (burst, checks).
+pub trait Transport: Sync {
+    /// What carried the request, given back once its body was read to the end.
+    type Lease: Send;
+    /// Sends `planned`; the caller reads the response body.
+    fn send_planned(
+        &self,
+        planned: &Planned,
+    ) -> impl Future<Output = Result<(http::Response<Incoming>, Self::Lease), ErrorClass>> + Send;
+    /// The response body was read to its end: the connection may carry another request.
+    fn release(&self, lease: Self::Lease);
+    /// The response was 401: the credentials may need fetching again.
+    fn unauthorized(&self);
+}
+
+impl Transport for Conns {
+    type Lease = Lease;
+
+    fn send_planned(
+        &self,
+        planned: &Planned,
+    ) -> impl Future<Output = Result<(http::Response<Incoming>, Lease), ErrorClass>> + Send {
+        self.send(planned)
+    }
+
+    fn release(&self, lease: Lease) {
+        Conns::release(self, lease);
+    }
+
+    fn unauthorized(&self) {
+        Conns::unauthorized(self);
+    }
+}
+
+impl Transport for ApiClient {
+    type Lease = ();
+
+    async fn send_planned(
+        &self,
+        planned: &Planned,
+    ) -> Result<(http::Response<Incoming>, ()), ErrorClass> {
+        let req = self
+            .request(planned.method.clone(), &planned.path, planned.body.clone())
+            .map_err(|_| ErrorClass::Protocol)?;
+        let resp = self.send(req).await.map_err(|e| classify(&e))?;
+        Ok((resp, ()))
+    }
+
+    fn release(&self, _lease: ()) {}
+
+    fn unauthorized(&self) {
+        ApiClient::unauthorized(self);
+    }
+}
 
 /// tollgate's lane header.
 pub const LANE_HEADER: &str = "x-tollgate-lane";
@@ -77,8 +136,8 @@ struct Attempt {
 }
 
 /// Sends `planned`, retrying 429s when `opts.honor_retry_after` is set.
-pub async fn send(
-    client: &ApiClient,
+pub async fn send<T: Transport>(
+    client: &T,
     planned: &Planned,
     opts: &SendOptions,
     want_meta: bool,
@@ -129,16 +188,16 @@ pub async fn send(
     }
 }
 
-async fn attempt(
-    client: &ApiClient,
+async fn attempt<T: Transport>(
+    client: &T,
     planned: &Planned,
     want_meta: bool,
 ) -> Result<Attempt, ErrorClass> {
-    let req = client
-        .request(planned.method.clone(), &planned.path, planned.body.clone())
-        .map_err(|_| ErrorClass::Protocol)?;
-    let resp = client.send(req).await.map_err(|e| classify(&e))?;
+    let (resp, lease) = client.send_planned(planned).await?;
     let status = resp.status().as_u16();
+    if status == 401 {
+        client.unauthorized();
+    }
     let headers = resp.headers();
     let class = [
         (ClassSource::Lane, LANE_HEADER),
@@ -171,6 +230,7 @@ async fn attempt(
             }
         }
     }
+    client.release(lease);
     let mut out = Attempt {
         status,
         bytes,
@@ -230,20 +290,6 @@ fn classify(e: &hyper_util::client::legacy::Error) -> ErrorClass {
         }
         if let Some(h) = s.downcast_ref::<hyper::Error>() {
             return classify_hyper(h);
-        }
-        source = s.source();
-    }
-    ErrorClass::Protocol
-}
-
-fn classify_hyper(e: &hyper::Error) -> ErrorClass {
-    if e.is_closed() || e.is_incomplete_message() || e.is_canceled() {
-        return ErrorClass::Connection;
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if s.is::<std::io::Error>() {
-            return ErrorClass::Connection;
         }
         source = s.source();
     }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::credentials::Credentials;
 use crate::target::{ApiClient, TargetError, TargetOptions};
 
 const CPU: [&str; 2] = [
@@ -123,7 +124,11 @@ pub struct Scraper {
 
 impl Scraper {
     /// One scraper per URL.
-    pub fn new(target: &TargetOptions, url: &str) -> Result<Scraper, TargetError> {
+    pub fn new(
+        target: &TargetOptions,
+        url: &str,
+        credentials: &Credentials,
+    ) -> Result<Scraper, TargetError> {
         let uri: http::Uri = url.parse().map_err(|_| TargetError::Url(url.to_string()))?;
         let base = format!(
             "{}://{}",
@@ -135,7 +140,7 @@ impl Scraper {
             .map(|p| p.as_str())
             .unwrap_or("/metrics");
         let path = if path == "/" { "/metrics" } else { path };
-        let resolved = target.resolve_for(Some(&base))?;
+        let resolved = target.resolve_with(Some(&base), Some(credentials))?;
         Ok(Scraper {
             url: url.to_string(),
             path: path.to_string(),

@@ -1,5 +1,7 @@
 //! Where the load goes and how to reach it: `--server` with TLS flags or a
-//! kubeconfig context, turned into one pooled hyper client (rustls, ring).
+//! kubeconfig context, with its [`Credentials`], and the pooled hyper client
+//! (rustls, ring) used for everything but the scheduled operations (watches,
+//! seeding, checks, scraping); those send through [`crate::conn`].
 //!
 //! HTTP version, as in client-go: `auto` offers HTTP/2 and HTTP/1.1 by ALPN over
 //! TLS and speaks HTTP/1.1 over plain TCP; `2` forces HTTP/2 (prior knowledge
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Uri};
+use http::{Method, Request, Uri};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -19,6 +21,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
+use crate::credentials::{Credentials, CredentialsError, Source};
 use crate::kubeconfig::{self, KubeconfigError};
 
 /// Which HTTP version to speak.
@@ -54,7 +57,8 @@ pub struct TargetOptions {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub server: Uri,
-    pub token: Option<String>,
+    /// The bearer token or exec credential, kept fresh; shared by every client.
+    pub credentials: Credentials,
     /// The kubeconfig context's namespace, if any.
     pub namespace: Option<String>,
     pub http: HttpVersion,
@@ -90,20 +94,25 @@ pub enum TargetError {
     NoTrust(String),
     #[error("--client-certificate and --client-key must be given together")]
     HalfClientCert,
-    #[error("invalid bearer token: not a valid header value")]
-    Token,
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
 }
 
 impl TargetOptions {
     /// Resolves flags over the kubeconfig: an explicit `--server` needs no
     /// kubeconfig; any TLS or token flag overrides the kubeconfig's value.
     pub fn resolve(&self) -> Result<Target, TargetError> {
-        self.resolve_for(None)
+        self.resolve_with(None, None)
     }
 
-    /// Like [`resolve`](Self::resolve), but for another URL with the same
-    /// credentials (`--server-metrics` of the apiserver or etcd).
-    pub fn resolve_for(&self, url: Option<&str>) -> Result<Target, TargetError> {
+    /// Like [`resolve`](Self::resolve), but for another URL (`--server-metrics`
+    /// of the apiserver or etcd) and, if given, with credentials already
+    /// started (so an exec plugin is not run once more per URL).
+    pub fn resolve_with(
+        &self,
+        url: Option<&str>,
+        credentials: Option<&Credentials>,
+    ) -> Result<Target, TargetError> {
         let mut ctx = match &self.server {
             Some(s) => kubeconfig::ResolvedContext {
                 server: s.clone(),
@@ -143,25 +152,57 @@ impl TargetOptions {
         if !(scheme == "http" || scheme == "https") || server.authority().is_none() {
             return Err(TargetError::Url(ctx.server.clone()));
         }
+        // Checked before any plugin runs: a missing CA is the user's to fix first.
+        if scheme == "https" && ctx.ca_pem.is_none() && !ctx.insecure_skip_tls_verify {
+            return Err(TargetError::NoTrust(ctx.server.clone()));
+        }
+        let credentials = match credentials {
+            Some(c) => c.clone(),
+            None => Credentials::start(credential_source(&ctx))?,
+        };
         let tls = if scheme == "https" {
-            if ctx.ca_pem.is_none() && !ctx.insecure_skip_tls_verify {
-                return Err(TargetError::NoTrust(ctx.server.clone()));
-            }
-            Some(Arc::new(tls_config(&ctx)?))
+            Some(Arc::new(tls_config(&ctx, &credentials)?))
         } else {
             None
         };
-        if let Some(t) = &ctx.token {
-            HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| TargetError::Token)?;
-        }
         Ok(Target {
             server,
-            token: ctx.token,
+            credentials,
             namespace: ctx.namespace,
             http: self.http,
             tls,
             tls_server_name: ctx.tls_server_name,
         })
+    }
+}
+
+/// Where the credential comes from: `--token` or the kubeconfig's `token`,
+/// else its `tokenFile`, else its exec plugin.
+fn credential_source(ctx: &kubeconfig::ResolvedContext) -> Source {
+    if let Some(t) = &ctx.token {
+        return Source::Static(t.clone());
+    }
+    if let Some(path) = &ctx.token_file {
+        return Source::TokenFile {
+            user: ctx.user.clone().unwrap_or_default(),
+            path: path.clone(),
+        };
+    }
+    match &ctx.exec {
+        Some(plugin) => Source::Exec(Box::new(plugin.clone())),
+        None => Source::None,
+    }
+}
+
+impl Target {
+    /// The TLS configuration for `https://` targets (without ALPN).
+    pub fn tls_config(&self) -> Option<Arc<rustls::ClientConfig>> {
+        self.tls.clone()
+    }
+
+    /// `--tls-server-name` or the kubeconfig's, if set.
+    pub fn tls_server_name(&self) -> Option<&str> {
+        self.tls_server_name.as_deref()
     }
 }
 
@@ -172,7 +213,10 @@ fn read(path: &std::path::Path) -> Result<Vec<u8>, TargetError> {
     })
 }
 
-fn tls_config(ctx: &kubeconfig::ResolvedContext) -> Result<rustls::ClientConfig, TargetError> {
+fn tls_config(
+    ctx: &kubeconfig::ResolvedContext,
+    credentials: &Credentials,
+) -> Result<rustls::ClientConfig, TargetError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -229,7 +273,12 @@ fn tls_config(ctx: &kubeconfig::ResolvedContext) -> Result<rustls::ClientConfig,
                     source,
                 })
         }
-        _ => Ok(builder.with_no_client_auth()),
+        // An exec plugin's certificate is looked up at each handshake, so a
+        // rotated one is used by the next connection.
+        _ => Ok(match credentials.client_cert_resolver() {
+            Some(resolver) => builder.with_client_cert_resolver(resolver),
+            None => builder.with_no_client_auth(),
+        }),
     }
 }
 
@@ -241,7 +290,7 @@ fn tls_config(ctx: &kubeconfig::ResolvedContext) -> Result<rustls::ClientConfig,
 pub struct ApiClient {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     base: Uri,
-    auth: Option<HeaderValue>,
+    credentials: Credentials,
 }
 
 impl ApiClient {
@@ -280,14 +329,10 @@ impl ApiClient {
             .timer(TokioTimer::new())
             .http2_only(target.http == HttpVersion::Http2)
             .build(connector);
-        let auth = target
-            .token
-            .as_ref()
-            .and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok());
         ApiClient {
             client,
             base: target.server.clone(),
-            auth,
+            credentials: target.credentials.clone(),
         }
     }
 
@@ -309,8 +354,8 @@ impl ApiClient {
             .uri(uri)
             .header(http::header::ACCEPT, "application/json")
             .header(http::header::USER_AGENT, "loadgen/0.1");
-        if let Some(a) = &self.auth {
-            b = b.header(http::header::AUTHORIZATION, a.clone());
+        if let Some(a) = self.credentials.authorization() {
+            b = b.header(http::header::AUTHORIZATION, a);
         }
         match body {
             Some((content_type, bytes)) => b
@@ -331,6 +376,11 @@ impl ApiClient {
     /// The server URL, for messages.
     pub fn server(&self) -> &Uri {
         &self.base
+    }
+
+    /// A response was 401: the credentials may need fetching again.
+    pub fn unauthorized(&self) {
+        self.credentials.unauthorized();
     }
 }
 

@@ -37,6 +37,8 @@ pub struct WatchSpec {
     pub field_selector: Option<String>,
     /// Watches sharing one client (one HTTP/2 connection).
     pub per_connection: u64,
+    /// Server-side timeout of each watch request (`None`: 5–10 min at random, as client-go).
+    pub timeout: Option<Duration>,
 }
 
 /// Counters shared by all watchers.
@@ -212,7 +214,10 @@ impl Watcher {
     /// One watch stream from `rv` until it ends.
     async fn watch(&self, rv: &str, stamps: &mut Stamps) -> StreamEnd {
         // Like client-go: a random server-side timeout between 5 and 10 minutes.
-        let timeout_s = 300 + (self.id * 7919 + unix_nanos() as u64) % 300;
+        let timeout_s = match self.spec.timeout {
+            Some(t) => t.as_secs().max(1),
+            None => 300 + (self.id * 7919 + unix_nanos() as u64) % 300,
+        };
         let path = self.path(&[
             "watch=1".into(),
             format!("resourceVersion={}", encode(rv)),
@@ -230,6 +235,10 @@ impl Watcher {
         match resp.status().as_u16() {
             200..=299 => {}
             410 => return StreamEnd::Gone,
+            401 => {
+                self.client.unauthorized();
+                return StreamEnd::Failed(rv.to_string());
+            }
             _ => return StreamEnd::Failed(rv.to_string()),
         }
         let mut rv = rv.to_string();

@@ -6,13 +6,29 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// What tollgate does with what it learns. Only `off` exists until the
-/// enforcement issue: forward, classify, learn, export, decide nothing.
+/// What tollgate does with what it learns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "camelCase")]
 pub enum Mode {
-    #[default]
+    /// Forward, classify, learn, export; decide nothing (fail-open).
     Off,
+    /// Decide everything, delay and reject nothing; metrics and logs say
+    /// what enforcement would have done. How operators roll it out.
+    #[default]
+    #[value(name = "dryRun")]
+    DryRun,
+    /// Queue and reject (429) as decided.
+    Enforce,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::DryRun => "dryRun",
+            Mode::Enforce => "enforce",
+        }
+    }
 }
 
 /// Which store serves a consistency class; decides whether a filtered LIST is
@@ -36,7 +52,7 @@ pub struct Config {
     /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/debug/patterns`);
     /// `null` turns it off. Default `127.0.0.1:9443`.
     pub admin_listen: Option<String>,
-    /// Decision mode. Default `off`.
+    /// Decision mode. Default `dryRun`.
     pub mode: Mode,
     /// Serving TLS and client authentication.
     pub tls: ServingTls,
@@ -50,6 +66,12 @@ pub struct Config {
     pub drain: Drain,
     /// TokenReviews telling who a bearer token belongs to (classification only).
     pub token_review: TokenReview,
+    /// Lanes and their in-flight limits.
+    pub lanes: crate::enforce::settings::Lanes,
+    /// The byte-cost quota pool, fair queues, per-client limits.
+    pub quota: crate::enforce::settings::Quota,
+    /// The relist-storm guard.
+    pub relist_guard: crate::enforce::settings::RelistGuard,
 }
 
 /// Asking the apiserver who a bearer token belongs to, for classification
@@ -212,13 +234,16 @@ impl Default for Config {
         Config {
             listen: "0.0.0.0:6443".into(),
             admin_listen: Some("127.0.0.1:9443".into()),
-            mode: Mode::Off,
+            mode: Mode::DryRun,
             tls: ServingTls::default(),
             upstream: Upstream::default(),
             timeouts: Timeouts::default(),
             patterns: Patterns::default(),
             drain: Drain::default(),
             token_review: TokenReview::default(),
+            lanes: Default::default(),
+            quota: Default::default(),
+            relist_guard: Default::default(),
         }
     }
 }
@@ -328,9 +353,31 @@ pub struct Flags {
     /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns) [default: 127.0.0.1:9443]
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
-    /// Decision mode: off = forward, classify, learn, decide nothing [default: off]
+    /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
+    /// Refill rate of the byte-cost quota pool, bytes per second (quota.bytesPerSecond) [default: 268435456]
+    #[arg(long, value_name = "BYTES")]
+    pub quota_bytes_per_second: Option<f64>,
+    /// Most bytes the quota pool holds (quota.burstBytes) [default: 1073741824]
+    #[arg(long, value_name = "BYTES")]
+    pub quota_burst_bytes: Option<f64>,
+    /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub max_wait: Option<f64>,
+}
+
+/// `10`, `2.5`, `10s` or `500ms` as seconds.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let (number, scale) = match s.strip_suffix("ms") {
+        Some(n) => (n, 0.001),
+        None => (s.strip_suffix('s').unwrap_or(s), 1.0),
+    };
+    let v: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    Ok(v * scale)
 }
 
 /// A configuration that cannot be used, with where and why.
@@ -392,6 +439,11 @@ impl Config {
                 *target = v.clone();
             }
         }
+        fn set_f64(target: &mut f64, flag: Option<f64>) {
+            if let Some(v) = flag {
+                *target = v;
+            }
+        }
         fn set_opt<T: Clone>(target: &mut Option<T>, flag: &Option<T>) {
             if flag.is_some() {
                 *target = flag.clone();
@@ -400,6 +452,12 @@ impl Config {
         set(&mut self.listen, &flags.listen);
         set_opt(&mut self.admin_listen, &flags.admin_listen);
         set(&mut self.mode, &flags.mode);
+        set_f64(
+            &mut self.quota.bytes_per_second,
+            flags.quota_bytes_per_second,
+        );
+        set_f64(&mut self.quota.burst_bytes, flags.quota_burst_bytes);
+        set_f64(&mut self.quota.max_wait_seconds, flags.max_wait);
         if !flags.upstreams.is_empty() {
             self.upstream.urls = flags.upstreams.clone();
         }
@@ -525,7 +583,11 @@ impl Config {
         if self.patterns.capacity == 0 {
             return invalid("patterns.capacity", "must be at least 1");
         }
-        Ok(())
+        self.lanes
+            .validate()
+            .and_then(|()| self.quota.validate())
+            .and_then(|()| self.relist_guard.validate())
+            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })
     }
 }
 

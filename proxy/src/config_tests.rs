@@ -57,3 +57,98 @@ fn validation_names_the_field() {
         .to_string()
         .contains("tls.certFile"));
 }
+
+#[test]
+fn modes_default_to_dry_run() {
+    assert_eq!(Config::default().mode, Mode::DryRun);
+    for (text, mode) in [
+        ("mode: off", Mode::Off),
+        ("mode: dryRun", Mode::DryRun),
+        ("mode: enforce", Mode::Enforce),
+    ] {
+        assert_eq!(Config::from_yaml(text).expect("parses").mode, mode);
+    }
+    assert!(Config::from_yaml("mode: dry-run").is_err());
+}
+
+#[test]
+fn enforcement_settings_are_validated_by_field() {
+    let base = "upstream: {urls: [\"http://a:1\"]}\n";
+    let check = |extra: &str| {
+        Config::from_yaml(&format!("{base}{extra}"))
+            .expect("parses")
+            .validate()
+            .map_err(|e| e.to_string())
+    };
+    assert!(check("quota: {bytesPerSecond: 1e6, burstBytes: 4e6}\n").is_ok());
+    let err = check("quota: {burstBytes: -1}\n").expect_err("negative");
+    assert!(err.contains("quota.burstBytes"), "{err}");
+    let err = check("quota: {queue: {perFlowDepth: 0}}\n").expect_err("zero");
+    assert!(err.contains("quota.queue.perFlowDepth"), "{err}");
+    let err = check("relistGuard: {startFraction: 2}\n").expect_err("fraction");
+    assert!(err.contains("relistGuard.startFraction"), "{err}");
+    // Only verified identities reach system: a rule must name them.
+    let err = check("lanes: {rules: [{lane: system, verbs: [patch]}]}\n").expect_err("anyone");
+    assert!(err.contains("lanes.rules"), "{err}");
+    let typo = format!("{base}lanes: {{rules: [{{lane: heavy, userAgent: [x]}}]}}\n");
+    assert!(Config::from_yaml(&typo).is_err(), "unknown rule field");
+    assert!(check("lanes: {rules: [{lane: system, groups: [ops]}]}\n").is_ok());
+}
+
+#[test]
+fn flags_set_mode_quota_and_wait() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: Flags,
+    }
+    let cli = Cli::try_parse_from([
+        "tollgate",
+        "--mode",
+        "enforce",
+        "--quota-bytes-per-second",
+        "1000",
+        "--quota-burst-bytes",
+        "5000",
+        "--max-wait",
+        "2.5s",
+    ])
+    .expect("parses");
+    let mut c = Config::default();
+    c.apply(&cli.flags);
+    assert_eq!(c.mode, Mode::Enforce);
+    assert_eq!(c.quota.bytes_per_second, 1000.0);
+    assert_eq!(c.quota.burst_bytes, 5000.0);
+    assert_eq!(c.quota.max_wait_seconds, 2.5);
+    let dry = Cli::try_parse_from(["tollgate", "--mode", "dryRun", "--max-wait", "500ms"])
+        .expect("parses");
+    let mut c = Config::default();
+    c.apply(&dry.flags);
+    assert_eq!((c.mode, c.quota.max_wait_seconds), (Mode::DryRun, 0.5));
+    assert!(Cli::try_parse_from(["tollgate", "--max-wait", "soon"]).is_err());
+}
+
+#[test]
+fn the_readme_example_is_the_defaults() {
+    let readme = include_str!("../README.md");
+    let section = readme
+        .split("## Configuration file")
+        .nth(1)
+        .expect("a configuration section");
+    let yaml = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a yaml block");
+    let c = Config::from_yaml(yaml).expect("the README's example parses");
+    let d = Config::default();
+    assert_eq!(c.mode, d.mode);
+    assert_eq!(c.lanes.rules, d.lanes.rules);
+    assert_eq!(c.quota.per_client, d.quota.per_client);
+    assert_eq!(
+        (c.quota.bytes_per_second, c.quota.burst_bytes),
+        (d.quota.bytes_per_second, d.quota.burst_bytes)
+    );
+    assert_eq!(c.relist_guard.warmup_seconds, d.relist_guard.warmup_seconds);
+}

@@ -8,25 +8,21 @@
 //! use tollgate's own identity, which forwarded requests never carry.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderName};
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, HealthCheck};
+use crate::lanes::{http_client, HttpClient};
+pub use crate::lanes::{Lanes, StreamSlot};
 use crate::tls::{self, TlsError};
 use crate::{Body, Error};
-
-type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 
 /// One apiserver.
 #[derive(Debug)]
@@ -83,67 +79,6 @@ impl Drop for Outstanding {
     }
 }
 
-// === impl Lanes ===
-
-/// HTTP/2 connections are shared by many streams, and the apiserver caps
-/// streams per connection (250 in 1.20, 100 in recent releases); a stream
-/// past the cap waits for one to end, which for a watch is never. So
-/// requests are spread over lanes, each its own client (its own connection
-/// per upstream) carrying at most `limit` open requests; a new lane opens
-/// when all are full. Lanes are few: concurrent requests / limit.
-#[derive(Debug)]
-pub struct Lanes {
-    config: rustls::ClientConfig,
-    limit: usize,
-    lanes: Mutex<Vec<(HttpClient, Arc<AtomicUsize>)>>,
-}
-
-/// One open request's place in a lane; freed on drop.
-#[derive(Debug)]
-pub struct StreamSlot(Arc<AtomicUsize>);
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Lanes {
-    fn new(config: rustls::ClientConfig, limit: usize) -> Lanes {
-        Lanes {
-            config,
-            limit: limit.max(1),
-            lanes: Mutex::new(Vec::new()),
-        }
-    }
-
-    fn acquire(&self) -> (HttpClient, StreamSlot) {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        for (client, active) in lanes.iter() {
-            if active.load(Ordering::Relaxed) < self.limit {
-                active.fetch_add(1, Ordering::Relaxed);
-                return (client.clone(), StreamSlot(active.clone()));
-            }
-        }
-        let lane = (
-            http_client(self.config.clone(), true),
-            Arc::new(AtomicUsize::new(1)),
-        );
-        lanes.push(lane.clone());
-        tracing::debug!(lanes = lanes.len(), "opened another upstream lane");
-        (lane.0, StreamSlot(lane.1))
-    }
-
-    pub fn len(&self) -> usize {
-        self.lanes.lock().map(|l| l.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// The upstreams and the clients that reach them.
 #[derive(Debug)]
 pub struct UpstreamPool {
     upstreams: Vec<Arc<Upstream>>,
@@ -156,29 +91,7 @@ pub struct UpstreamPool {
     health: HealthCheck,
     /// tollgate's own bearer token (from a kubeconfig), for its own requests only.
     own_token: Option<HeaderValue>,
-}
-
-fn http_client(config: rustls::ClientConfig, h2: bool) -> HttpClient {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(Duration::from_secs(5)));
-    let builder = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_http1();
-    let connector = if h2 {
-        builder.enable_http2().wrap_connector(http)
-    } else {
-        builder.wrap_connector(http)
-    };
-    Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .http2_keep_alive_while_idle(true)
-        .build(connector)
+    recoveries: AtomicU64,
 }
 
 impl UpstreamPool {
@@ -265,6 +178,7 @@ impl UpstreamPool {
             own: http_client(own_cfg, true),
             health: up.health_check.clone(),
             own_token,
+            recoveries: AtomicU64::new(0),
         })
     }
 
@@ -323,7 +237,14 @@ impl UpstreamPool {
     fn restore(&self, upstream: &Upstream) {
         if !upstream.healthy.swap(true, Ordering::Relaxed) {
             tracing::info!(upstream = %upstream.url, "upstream healthy again");
+            self.recoveries.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// How many times an upstream came back (unhealthy → healthy): each
+    /// starts the relist guard's warm-up.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Ordering::Relaxed)
     }
 
     /// Send `req` to the upstream `slot` holds: through the front-proxy
@@ -355,7 +276,9 @@ impl UpstreamPool {
         };
         let (client, stream) = lanes.acquire();
         slot.stream = Some(stream);
-        client.request(req).await.map_err(SendError::Client)
+        let resp = client.request(req).await.map_err(SendError::Client)?;
+        lanes.learn(resp.version());
+        Ok(resp)
     }
 
     /// Lanes open toward the apiservers (anonymous and front-proxy).
@@ -437,6 +360,11 @@ impl UpstreamPool {
         }
         let fetch = async {
             let resp = self.own.request(req).await.map_err(|e| e.to_string())?;
+            // The health check usually answers before the first client request arrives.
+            self.anonymous.learn(resp.version());
+            if let Some((lanes, _)) = &self.front_proxy {
+                lanes.learn(resp.version());
+            }
             if !resp.status().is_success() {
                 return Err(format!("status {}", resp.status()));
             }

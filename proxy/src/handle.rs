@@ -1,275 +1,34 @@
-//! The gateway: shared state and one request's way through it, written top
-//! to bottom in [`Gateway::handle`]: identify → classify → pattern → predict
-//! → (admit: nothing to decide in mode `off`) → forward → observe.
+//! One request's way through the gateway, written top to bottom in
+//! [`Gateway::handle`]: identify → classify → pattern → predict → admit →
+//! forward → observe. The gateway's shared state is in [`crate::gateway`].
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use apimodel::Verb;
 use http::header::{CONTENT_ENCODING, HOST};
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::admin::{self, ClassLabel, Metrics, SourceLabel, UpstreamLabel, VerbCode, VerbLabel};
+use crate::admin::{ClassLabel, DirectionLabel, SourceLabel, VerbCode, VerbLabel};
+use crate::admit::{with_lane, Admitted, REWRITE_HEADER};
 use crate::classify::classify;
-use crate::config::Config;
-use crate::forward::{self, SendError, UpstreamPool};
+use crate::enforce::decide::{actual_charge, Hold};
+use crate::forward::{self, SendError};
+pub use crate::gateway::Gateway;
 use crate::identity::{rewrite_identity_headers, Client, PeerCertificate};
 use crate::observe::{CountedBody, Tally};
 use crate::pattern::PatternKey;
-use crate::predict::{Outcome, PatternCache, PatternView, Prediction};
+use crate::predict::{Completion, Outcome, Prediction};
 use crate::status::{self, ProxyError};
-use crate::tokenreview::{self, TokenReviews};
-use crate::{accept, tls, Body, Error};
-
-/// tollgate, ready to serve. Cheap to clone.
-#[derive(Clone)]
-pub struct Gateway {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    config: RwLock<Arc<Config>>,
-    pool: Arc<UpstreamPool>,
-    cache: Mutex<PatternCache>,
-    metrics: Metrics,
-    registry: Registry,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    draining: AtomicBool,
-    /// Cancelled at the end of the drain: upgraded tunnels close.
-    hard_stop: CancellationToken,
-    tasks: TaskTracker,
-    reviews: Option<TokenReviews>,
-}
+use crate::tokenreview;
+use crate::Body;
 
 impl Gateway {
-    /// Load certificates and build the upstream clients; binds nothing.
-    pub fn new(config: Config) -> Result<Gateway, Error> {
-        config.validate()?;
-        crate::install_crypto_provider();
-        let tls = match (&config.tls.cert_file, &config.tls.key_file) {
-            (Some(cert), Some(key)) => {
-                let id = tls::load_identity(cert, key)?;
-                Some(Arc::new(tls::server_config(
-                    id,
-                    config.tls.client_ca_file.as_deref(),
-                )?))
-            }
-            _ => None,
-        };
-        let pool = Arc::new(UpstreamPool::new(&config)?);
-        if config.tls.client_ca_file.is_some() && !pool.has_front_proxy() {
-            tracing::warn!("client certificates are verified but no front-proxy certificate is set: certificate clients reach the apiserver anonymous");
-        }
-        let review = &config.token_review;
-        let reviews = review
-            .enabled
-            .then(|| TokenReviews::new(Duration::from_secs_f64(review.cache_seconds)));
-        let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry);
-        Ok(Gateway {
-            inner: Arc::new(Inner {
-                cache: Mutex::new(PatternCache::new(config.patterns.clone())),
-                config: RwLock::new(Arc::new(config)),
-                pool,
-                metrics,
-                registry,
-                tls,
-                draining: AtomicBool::new(false),
-                hard_stop: CancellationToken::new(),
-                tasks: TaskTracker::new(),
-                reviews,
-            }),
-        })
-    }
-
-    pub fn config(&self) -> Arc<Config> {
-        self.inner
-            .config
-            .read()
-            .map(|c| c.clone())
-            .unwrap_or_else(|e| e.into_inner().clone())
-    }
-
-    fn cache(&self) -> MutexGuard<'_, PatternCache> {
-        // A panic while holding the lock leaves statistics, not invariants: keep going.
-        self.inner.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
-    }
-
-    /// Ready: an upstream is healthy and no drain has begun.
-    pub fn ready(&self) -> bool {
-        !self.inner.draining.load(Ordering::Relaxed) && self.inner.pool.ready()
-    }
-
-    /// Learned patterns, heaviest first.
-    pub fn patterns(&self) -> Vec<PatternView> {
-        self.cache().snapshot(Instant::now())
-    }
-
-    pub(crate) fn reviews(&self) -> Option<&TokenReviews> {
-        self.inner.reviews.as_ref()
-    }
-
-    pub(crate) fn pool(&self) -> &UpstreamPool {
-        &self.inner.pool
-    }
-
-    /// Object counts scraped from the apiserver (see [`crate::scrape`]).
-    pub fn set_object_counts(&self, counts: &[(String, f64)]) {
-        let mut cache = self.cache();
-        for (resource, n) in counts {
-            cache.set_object_count(resource, *n);
-        }
-        drop(cache);
-        let m = &self.inner.metrics;
-        for (resource, n) in counts {
-            m.resource_objects
-                .get_or_create(&admin::ResourceLabel {
-                    resource: resource.clone(),
-                })
-                .set(*n as i64);
-        }
-    }
-
-    /// Consistent LISTs forwarded so far, per resource.
-    pub fn consistent_lists(&self) -> std::collections::HashMap<String, u64> {
-        self.cache().consistent_lists().clone()
-    }
-
-    /// Learn which store serves consistent LISTs from `(resource, etcd
-    /// LISTs, consistent LISTs)` over one scrape interval.
-    pub fn learn_stores(&self, deltas: &[(String, f64, u64)]) {
-        let mut cache = self.cache();
-        for (resource, etcd, ours) in deltas {
-            if let Some(store) = cache.learn_store(resource, *etcd, *ours) {
-                tracing::debug!(%resource, ?store, "learned the store of consistent LISTs");
-            }
-        }
-    }
-
-    /// Prometheus text of every metric, refreshed.
-    pub fn encode_metrics(&self) -> Result<String, std::fmt::Error> {
-        let m = &self.inner.metrics;
-        m.patterns.set(self.cache().len() as i64);
-        for u in self.inner.pool.upstreams() {
-            let l = UpstreamLabel {
-                upstream: u.url.clone(),
-            };
-            m.upstream_healthy
-                .get_or_create(&l)
-                .set(i64::from(u.is_healthy()));
-            m.upstream_outstanding
-                .get_or_create(&l)
-                .set(u.outstanding() as i64);
-        }
-        let mut s = String::new();
-        prometheus_client::encoding::text::encode(&mut s, &self.inner.registry)?;
-        Ok(s)
-    }
-
-    /// Apply a freshly loaded configuration, or log why it was refused and
-    /// keep the running one.
-    pub fn reload_from(&self, loaded: Result<Config, crate::ConfigError>) {
-        let result = match loaded {
-            Ok(config) => self.reload(config),
-            Err(e) => {
-                self.inner
-                    .metrics
-                    .reloads
-                    .get_or_create(&ResultLabel("error").into())
-                    .inc();
-                Err(e.into())
-            }
-        };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "reload refused; keeping the running configuration");
-        }
-    }
-
-    /// Apply a new configuration. Pattern, timeout and mode settings take
-    /// effect at once; listeners, TLS and upstreams need a restart (logged).
-    pub fn reload(&self, new: Config) -> Result<(), Error> {
-        let result = new.validate();
-        let label = ResultLabel(if result.is_ok() { "ok" } else { "error" });
-        self.inner
-            .metrics
-            .reloads
-            .get_or_create(&label.into())
-            .inc();
-        result?;
-        let old = self.config();
-        if old.listen != new.listen
-            || old.tls.cert_file != new.tls.cert_file
-            || old.upstream.urls != new.upstream.urls
-        {
-            tracing::warn!("listen, TLS and upstream changes take effect at the next restart");
-        }
-        self.cache().set_settings(new.patterns.clone());
-        if let Ok(mut c) = self.inner.config.write() {
-            *c = Arc::new(new);
-        }
-        tracing::info!("configuration reloaded");
-        Ok(())
-    }
-
-    /// Serve clients on `listener` and the admin endpoints on `admin` until
-    /// `shutdown`, then drain: stop accepting, close connections spread over
-    /// the drain window, wait for them.
-    pub async fn serve(
-        self,
-        listener: TcpListener,
-        admin: Option<TcpListener>,
-        shutdown: impl Future<Output = ()>,
-    ) {
-        let stop = CancellationToken::new();
-        tokio::spawn(self.inner.pool.clone().health_loop(stop.clone()));
-        tokio::spawn(crate::scrape::scrape_loop(self.clone(), stop.clone()));
-        // The admin listener outlives the drain: /readyz says 503 meanwhile.
-        let admin_stop = CancellationToken::new();
-        if let Some(admin) = admin {
-            tokio::spawn(admin::serve(self.clone(), admin, admin_stop.clone()));
-        }
-        let accept = tokio::spawn(accept::accept_loop(
-            self.clone(),
-            listener,
-            self.inner.tls.clone(),
-            stop.clone(),
-        ));
-        shutdown.await;
-        tracing::info!("shutting down: draining connections");
-        self.inner.draining.store(true, Ordering::Relaxed);
-        stop.cancel();
-        let _ = accept.await;
-        let window = Duration::from_secs_f64(self.config().drain.window_seconds);
-        self.inner.tasks.close();
-        if tokio::time::timeout(window + accept::CLOSE_GRACE * 2, self.inner.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("drain deadline passed with connections open");
-        }
-        self.inner.hard_stop.cancel();
-        admin_stop.cancel();
-    }
-
-    pub(crate) fn tasks(&self) -> &TaskTracker {
-        &self.inner.tasks
-    }
-
     /// One request, from arrival to the response head; the body streams on.
     pub async fn handle(
         &self,
@@ -281,16 +40,27 @@ impl Gateway {
         // identify
         let mut client = Client::of(peer.as_deref(), req.headers());
         tokenreview::review(self, &mut client, req.headers(), started);
-        // classify
-        let classified = match classify(req.method(), req.uri(), req.headers()) {
+        // classify (and, by the relist guard's policy, maybe read from the cache)
+        let mut classified = match classify(req.method(), req.uri(), req.headers()) {
             Ok(c) => c,
             Err(e) => return self.reject(None, ProxyError::BadRequest(e)),
         };
+        let rewritten = self.rewrite_to_cache(&mut req, &client, &classified, &config);
+        if let Some(again) = &rewritten {
+            classified = again.clone();
+        }
         // pattern, predict
         let key = PatternKey::new(&classified, client.identity.class());
         let predicted = self.cache().predict(&key, started);
         tracing::debug!(pattern = %key, client = %client.identity.display_name(), predicted = predicted.cost(), "request");
-        // admit: mode `off` decides nothing.
+        // admit: a lane, then admit, queue or reject (429)
+        let Admitted { lane, hold } = match self
+            .admit(&client, &classified, &key, &predicted, &config)
+            .await
+        {
+            Ok(a) => a,
+            Err(too_many) => return too_many,
+        };
 
         // forward
         let upgrade = forward::is_upgrade(req.headers());
@@ -321,7 +91,19 @@ impl Gateway {
             .await;
         let (mut resp, outstanding) = match sent {
             Ok(r) => r,
-            Err(e) => return self.reject(Some(classified.info.verb), e),
+            // An unsettled hold refunds its debit: the upstream did no work.
+            Err(e) => return with_lane(self.reject(Some(classified.info.verb), e), lane),
+        };
+        // Long-running requests (watches, upgrades) give their slot back once
+        // the response starts, as the apiserver's flow control does; a
+        // watch-list keeps its predicted charge (its initial state is not
+        // measured to the end here).
+        let hold = if long_running || upgrade {
+            let debited = hold.debited();
+            hold.settle(debited);
+            Hold::Nothing
+        } else {
+            hold
         };
         if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side)) =
             (resp.status(), on_client_upgrade)
@@ -331,10 +113,17 @@ impl Gateway {
             let (mut parts, _) = resp.into_parts();
             forward::strip_hop_by_hop(&mut parts.headers, true);
             self.count(&classified.info.verb, parts.status, 0);
-            return Response::from_parts(parts, status::full(bytes::Bytes::new()));
+            let resp = Response::from_parts(parts, status::full(bytes::Bytes::new()));
+            return with_lane(resp, lane);
         }
         let (mut parts, body) = resp.into_parts();
         forward::strip_hop_by_hop(&mut parts.headers, false);
+        if rewritten.is_some() {
+            parts.headers.insert(
+                REWRITE_HEADER,
+                HeaderValue::from_static("resourceVersion=0"),
+            );
+        }
 
         // observe, once the body ends
         let gzip = parts
@@ -361,14 +150,14 @@ impl Gateway {
                 client: client_name,
                 initial_bytes: tally.initial_bytes,
             };
-            gateway.finish(&key, verb, long_running, &outcome, predicted);
+            gateway.finish(&key, verb, long_running, &outcome, predicted, hold);
         });
         let counted = if streaming_list {
             counted.watch_for(crate::observe::INITIAL_EVENTS_END)
         } else {
             counted
         };
-        Response::from_parts(parts, counted.boxed())
+        with_lane(Response::from_parts(parts, counted.boxed()), lane)
     }
 
     /// The forward step: pick the least busy upstream and send; if it
@@ -434,7 +223,7 @@ impl Gateway {
         }
     }
 
-    /// The observe step: learn, export.
+    /// The observe step: learn, settle the quota debit, export.
     fn finish(
         &self,
         key: &PatternKey,
@@ -442,6 +231,7 @@ impl Gateway {
         long_running: bool,
         outcome: &Outcome,
         predicted: Prediction,
+        hold: Hold,
     ) {
         let now = Instant::now();
         let m = &self.inner.metrics;
@@ -458,11 +248,33 @@ impl Gateway {
         }
         let mut cache = self.cache();
         cache.observe(key, outcome, now);
+        let sent = cache.uncompressed(key, outcome.bytes, outcome.gzip);
         drop(cache);
-        if outcome.completion == crate::predict::Completion::End
-            && code.is_success()
-            && !outcome.gzip
-        {
+        let debited = hold.debited();
+        if debited > 0.0 {
+            let complete = outcome.completion == Completion::End;
+            let weight = self.config().quota.etcd_read_weight;
+            let actual = actual_charge(
+                &predicted,
+                key.has_selector(),
+                sent,
+                complete,
+                weight,
+                debited,
+            );
+            let (direction, bytes) = if actual < debited {
+                ("refund", debited - actual)
+            } else {
+                ("debt", actual - debited)
+            };
+            m.quota_reconciled
+                .get_or_create(&DirectionLabel { direction })
+                .inc_by(bytes as u64);
+            hold.settle(actual);
+        } else {
+            drop(hold);
+        }
+        if outcome.completion == Completion::End && code.is_success() && !outcome.gzip {
             let class = ClassLabel {
                 verb: key.verb.as_str(),
                 consistency: key.consistency.map_or("none", |c| c.as_str()),
@@ -544,13 +356,5 @@ impl Gateway {
             })
             .inc();
         resp
-    }
-}
-
-struct ResultLabel(&'static str);
-
-impl From<ResultLabel> for admin::ResultLabel {
-    fn from(r: ResultLabel) -> Self {
-        admin::ResultLabel { result: r.0.into() }
     }
 }

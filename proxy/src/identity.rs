@@ -29,6 +29,8 @@ pub enum Identity {
         hash: String,
         user: Option<String>,
         groups: Vec<String>,
+        /// `user` and `groups` come from a TokenReview (not unverified JWT claims).
+        verified: bool,
     },
     /// No certificate, no token.
     Anonymous,
@@ -83,6 +85,7 @@ impl Identity {
                 hash: token_hash(token),
                 user: service_account_claim(token),
                 groups: Vec::new(),
+                verified: false,
             },
             None => Identity::Anonymous,
         }
@@ -132,9 +135,36 @@ impl Identity {
 
     /// Take what a TokenReview said about this token.
     pub fn set_reviewed(&mut self, reviewed_user: &str, reviewed_groups: &[String]) {
-        if let Identity::Token { user, groups, .. } = self {
+        if let Identity::Token {
+            user,
+            groups,
+            verified,
+            ..
+        } = self
+        {
             *user = Some(reviewed_user.to_string());
             *groups = reviewed_groups.to_vec();
+            *verified = true;
+        }
+    }
+
+    /// Verified by tollgate: a client certificate checked against the
+    /// client CA, or a token a TokenReview confirmed. Only these reach the
+    /// `exempt` and `system` lanes.
+    pub fn is_verified(&self) -> bool {
+        match self {
+            Identity::Certificate { .. } => true,
+            Identity::Token { verified, .. } => *verified,
+            Identity::Anonymous => false,
+        }
+    }
+
+    /// The user name, if any is known (verified or not).
+    pub fn user(&self) -> Option<&str> {
+        match self {
+            Identity::Certificate { user, .. } => Some(user),
+            Identity::Token { user, .. } => user.as_deref(),
+            Identity::Anonymous => None,
         }
     }
 
@@ -300,7 +330,9 @@ mod tests {
     fn a_token_review_names_the_user() {
         let mut id = Identity::of(None, &headers(&[("authorization", "Bearer opaque")]));
         assert_eq!(id.class(), ClientClass::User);
+        assert!(!id.is_verified());
         id.set_reviewed("system:node:n1", &["system:nodes".to_string()]);
+        assert!(id.is_verified());
         assert_eq!(id.class(), ClientClass::Node);
         assert!(id.display_name().starts_with("system:node:n1 (token "));
         let mut anon = Identity::Anonymous;

@@ -1,6 +1,6 @@
 //! Tollgate: a streaming reverse proxy in front of kube-apiserver that
 //! classifies every request, learns what each heavy LIST pattern costs in
-//! bytes, and (in a later step) admits them against a byte quota.
+//! bytes, and admits, queues or rejects them against a byte-cost quota.
 //!
 //! Layout, in the order a request meets the modules:
 //! - [`config`]: the YAML file and the command-line flags that override it.
@@ -19,10 +19,18 @@
 //! - [`predict`]: the pure pattern cache: decayed byte, latency and rate
 //!   statistics per pattern, per-resource priors, `predict` and `observe`.
 //! - [`decay`]: exponentially decayed statistics used by the predictor.
+//! - [`admit`]: the admit step: lane, decision, metrics, 429s; the relist
+//!   guard's rewrite of consistent LISTs to the cache.
+//! - [`enforce`]: the pure parts of enforcement: lanes, the quota pool, fair
+//!   queues (DRR), per-client rate limits, `Retry-After`, the relist guard,
+//!   cluster-size scaling, and admission with its dispatcher.
+//! - [`gateway`]: the shared state: configuration, reload, serve, drain.
 //! - [`handle`]: one request's way: identify → classify → pattern → predict →
-//!   forward → observe, in one function.
+//!   admit → forward → observe, in one function.
 //! - [`forward`]: the upstream pool (least outstanding requests, health
 //!   checks, ejection, HTTP/2 lanes), hop-by-hop headers, upgrades.
+//! - [`lanes`]: the clients that carry forwarded requests, at most the
+//!   apiserver's streams per HTTP/2 connection.
 //! - [`observe`]: the counting body wrapper that reports once at the end.
 //! - [`scrape`]: the apiserver's object counts and etcd LIST counts, scraped
 //!   into the priors and the learned store of consistent LISTs.
@@ -33,13 +41,17 @@
 
 pub mod accept;
 pub mod admin;
+pub mod admit;
 pub mod classify;
 pub mod config;
 pub mod decay;
+pub mod enforce;
 pub mod forward;
+pub mod gateway;
 pub mod handle;
 pub mod identity;
 pub mod kubeconfig;
+pub mod lanes;
 pub mod observe;
 pub mod pattern;
 pub mod predict;

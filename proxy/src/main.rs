@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 use tollgate::{Config, Flags, Gateway};
 
-/// A streaming reverse proxy for kube-apiserver that learns what heavy LISTs cost.
+/// A streaming reverse proxy for kube-apiserver that learns what heavy LISTs cost and admits them against a byte quota.
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version)]
 struct Cli {
@@ -50,8 +50,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::CheckConfig { flags }) => match check(&flags) {
-            Ok(()) => {
-                println!("configuration OK");
+            Ok(summary) => {
+                println!("{summary}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -78,9 +78,38 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(flags: &Flags) -> anyhow::Result<()> {
+/// Everything a start checks before serving, short of binding: the file and flags
+/// (`Config::load`: the line and field at fault), the listener addresses, and the
+/// certificates, keys and upstream URLs (`Gateway::new`). Binding is left out on purpose:
+/// the check runs beside a live tollgate (systemd's `ExecStartPre`, before a rollout),
+/// whose ports are taken.
+fn check(flags: &Flags) -> anyhow::Result<String> {
     let config = Config::load(flags)?;
+    check_address("listen (--listen)", &config.listen)?;
+    if let Some(admin) = &config.admin_listen {
+        check_address("adminListen (--admin-listen)", admin)?;
+    }
+    let summary = format!(
+        "configuration OK: mode {}, listen {}, admin {}, upstreams {}",
+        config.mode.as_str(),
+        config.listen,
+        config.admin_listen.as_deref().unwrap_or("off"),
+        config.upstream.urls.join(", ")
+    );
     Gateway::new(config).context("loading certificates and upstreams")?;
+    Ok(summary)
+}
+
+/// A listener address must be `IP:PORT` (or `host:PORT` that resolves), as binding needs.
+fn check_address(setting: &str, addr: &str) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    let resolved = addr
+        .to_socket_addrs()
+        .with_context(|| format!("invalid setting {setting}: {addr:?} is not an address:port"))?;
+    anyhow::ensure!(
+        resolved.count() > 0,
+        "invalid setting {setting}: {addr:?} resolves to no address"
+    );
     Ok(())
 }
 
@@ -104,6 +133,7 @@ async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
         listen = %listener.local_addr()?,
         admin = ?admin_addr,
         upstreams = ?config.upstream.urls,
+        mode = config.mode.as_str(),
         "tollgate started"
     );
     // One stdout line with the bound addresses (port 0 picks a free one), for harnesses.

@@ -48,8 +48,10 @@ pub struct PatternStats {
     pub count: u64,
     pub errors: u64,
     pub cancelled: u64,
+    /// Rejected (in dryRun: would have been), with who sent them.
     pub rejected: u64,
     clients: Vec<(String, f64)>,
+    rejected_clients: Vec<(String, f64)>,
 }
 
 impl PatternStats {
@@ -68,6 +70,7 @@ impl PatternStats {
             cancelled: 0,
             rejected: 0,
             clients: Vec::new(),
+            rejected_clients: Vec::new(),
         }
     }
 
@@ -81,7 +84,7 @@ impl PatternStats {
             self.latency_weight *= f;
             self.latency_sum_ms *= f;
             self.latency_hist.scale(f);
-            for c in &mut self.clients {
+            for c in self.clients.iter_mut().chain(&mut self.rejected_clients) {
                 c.1 *= f;
             }
         }
@@ -112,20 +115,30 @@ impl PatternStats {
     }
 
     pub fn top_clients(&self) -> Vec<String> {
-        let mut c = self.clients.clone();
-        c.sort_by(|a, b| b.1.total_cmp(&a.1));
-        c.into_iter().map(|c| c.0).collect()
+        ranked(&self.clients)
     }
 
-    fn note_client(&mut self, client: &str) {
-        if let Some(c) = self.clients.iter_mut().find(|c| c.0 == client) {
-            c.1 += 1.0;
-        } else if self.clients.len() < TOP_CLIENTS {
-            self.clients.push((client.to_string(), 1.0));
-        } else if let Some(min) = self.clients.iter_mut().min_by(|a, b| a.1.total_cmp(&b.1)) {
-            // Replace the least frequent, keeping its weight (space-saving).
-            *min = (client.to_string(), min.1 + 1.0);
-        }
+    /// The clients whose requests of this pattern were rejected most.
+    pub fn top_rejected_clients(&self) -> Vec<String> {
+        ranked(&self.rejected_clients)
+    }
+}
+
+fn ranked(clients: &[(String, f64)]) -> Vec<String> {
+    let mut c = clients.to_vec();
+    c.sort_by(|a, b| b.1.total_cmp(&a.1));
+    c.into_iter().map(|c| c.0).collect()
+}
+
+/// Count `client` in a bounded top list (space-saving: a newcomer replaces
+/// the least frequent, keeping its weight).
+fn note_client(clients: &mut Vec<(String, f64)>, client: &str) {
+    if let Some(c) = clients.iter_mut().find(|c| c.0 == client) {
+        c.1 += 1.0;
+    } else if clients.len() < TOP_CLIENTS {
+        clients.push((client.to_string(), 1.0));
+    } else if let Some(min) = clients.iter_mut().min_by(|a, b| a.1.total_cmp(&b.1)) {
+        *min = (client.to_string(), min.1 + 1.0);
     }
 }
 
@@ -231,8 +244,11 @@ pub struct PatternView {
     pub bytes_p95: f64,
     pub predicted_cost: f64,
     pub latency_p99_ms: f64,
+    /// Rejected (in dryRun: would have been).
     pub rejected: u64,
     pub top_clients: Vec<String>,
+    /// The clients rejected most for this pattern.
+    pub rejected_clients: Vec<String>,
 }
 
 /// The bounded pattern cache with its resource priors.
@@ -407,6 +423,30 @@ impl PatternCache {
         }
     }
 
+    /// Bytes of a response as uncompressed (gzip scaled by the learned ratio).
+    pub fn uncompressed(&self, key: &PatternKey, bytes: u64, gzip: bool) -> f64 {
+        if gzip {
+            bytes as f64 * self.gzip_ratio(key)
+        } else {
+            bytes as f64
+        }
+    }
+
+    /// A request of this pattern was rejected (or would have been).
+    pub fn note_rejected(&mut self, key: &PatternKey, client: &str, now: Instant) {
+        if !self.patterns.contains_key(key) && self.patterns.len() >= self.settings.capacity {
+            self.evict(now);
+        }
+        let half_life = self.settings.half_life_seconds;
+        let stats = self
+            .patterns
+            .entry(key.clone())
+            .or_insert_with(|| PatternStats::new(now));
+        stats.decay_to(now, half_life);
+        stats.rejected += 1;
+        note_client(&mut stats.rejected_clients, client);
+    }
+
     /// Learn from a finished request.
     pub fn observe(&mut self, key: &PatternKey, outcome: &Outcome, now: Instant) {
         let half_life = self.settings.half_life_seconds;
@@ -458,7 +498,7 @@ impl PatternCache {
         stats.decay_to(now, half_life);
         stats.weight += 1.0;
         stats.count += 1;
-        stats.note_client(&outcome.client);
+        note_client(&mut stats.clients, &outcome.client);
         if key.verb == PatternVerb::Api(apimodel::Verb::List)
             && key.consistency == Some(ConsistencyClass::Consistent)
         {
@@ -548,6 +588,7 @@ impl PatternCache {
                     latency_p99_ms: s.latency_p99_ms(),
                     rejected: s.rejected,
                     top_clients: s.top_clients(),
+                    rejected_clients: s.top_rejected_clients(),
                 }
             })
             .collect();

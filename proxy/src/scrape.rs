@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::enforce::Lane;
 use crate::handle::Gateway;
 
 /// Most bytes read from one `/metrics` response.
@@ -31,6 +32,19 @@ pub fn parse_object_counts(text: &str) -> Vec<(String, f64)> {
 /// `(pattern resource, LISTs served from etcd so far)` from Prometheus text.
 pub fn parse_storage_lists(text: &str) -> Vec<(String, f64)> {
     parse_by_resource(text, &STORAGE_LIST_METRICS)
+}
+
+/// The upstream's `process_start_time_seconds`: a change means it restarted.
+pub fn parse_start_time(text: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix("process_start_time_seconds")?;
+        let value = match rest.strip_prefix('{') {
+            Some(labelled) => labelled.split_once('}')?.1,
+            None if rest.starts_with([' ', '\t']) => rest,
+            None => return None,
+        };
+        value.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// Growth of two per-resource counters between scrapes.
@@ -121,7 +135,11 @@ pub async fn scrape_loop(gateway: Gateway, stop: CancellationToken) {
     let mut evidence = StoreEvidence::default();
     loop {
         let pool = gateway.pool();
-        if let Some(u) = pool.upstreams().iter().find(|u| u.is_healthy()) {
+        // tollgate's own requests go in the `self` lane; a full lane skips a round.
+        let limit = Lane::SelfLane.limit(&gateway.config().lanes);
+        let slot = gateway.lane_slots().try_take(Lane::SelfLane, limit);
+        let healthy = pool.upstreams().iter().find(|u| u.is_healthy());
+        if let (Some(u), Some(_slot)) = (healthy, slot) {
             match pool
                 .own_get(u, &settings.path, MAX_METRICS_BYTES, interval)
                 .await
@@ -134,6 +152,9 @@ pub async fn scrape_loop(gateway: Gateway, stop: CancellationToken) {
                     let deltas =
                         evidence.update(&parse_storage_lists(&text), &gateway.consistent_lists());
                     gateway.learn_stores(&deltas);
+                    if let Some(t) = parse_start_time(&text) {
+                        gateway.observe_upstream_start(t);
+                    }
                 }
                 Err(e) => tracing::debug!(upstream = %u.url, error = %e, "metrics scrape failed"),
             }
@@ -168,6 +189,17 @@ mod tests {
             vec![("pods".to_string(), 4.0, 0)],
             "restart"
         );
+    }
+
+    #[test]
+    fn the_start_time_is_read() {
+        let text = "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.7e+09\nprocess_start_time_seconds_x 3\n";
+        assert_eq!(parse_start_time(text), Some(1.7e9));
+        assert_eq!(
+            parse_start_time("process_start_time_seconds{a=\"b\"} 12\n"),
+            Some(12.0)
+        );
+        assert_eq!(parse_start_time("other 1\n"), None);
     }
 
     #[test]

@@ -1,14 +1,24 @@
-//! rustls configurations: serving (with optional client-certificate
-//! verification) and the upstream client (CA, optional client identity, ALPN).
-//! ring is the only crypto provider.
+//! rustls configurations: serving (with optional client certificates) and
+//! the upstream client (CA, optional client identity, ALPN). ring is the only
+//! crypto provider.
+//!
+//! Client certificates are handled as kube-apiserver handles them: the TLS
+//! handshake accepts any certificate the client proves it holds the key of,
+//! and the chain is checked against the client CA afterwards
+//! ([`ClientCertAuthority::verify`]), by the authenticator. A certificate
+//! from an unknown CA is then no identity (the request may still carry a
+//! bearer token), instead of a handshake failure the client can only report
+//! as a broken connection.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
 /// A certificate, key or CA that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -126,8 +136,9 @@ pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
 }
 
 /// Serving configuration offering h2 and http/1.1. With a client CA,
-/// certificates are requested and verified, but clients without one (token
-/// users, anonymous) are still accepted, as kube-apiserver does.
+/// certificates are requested but not required (token users, anonymous), and
+/// any certificate is accepted at the handshake: [`ClientCertAuthority`]
+/// decides afterwards whether it is an identity.
 pub fn server_config(
     identity: Identity,
     client_ca: Option<&Path>,
@@ -136,15 +147,8 @@ pub fn server_config(
     let builder = ServerConfig::builder();
     let builder = match client_ca {
         Some(path) => {
-            let roots = Arc::new(load_roots(path)?);
-            let verifier = WebPkiClientVerifier::builder(roots)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| TlsError::Verifier {
-                    path: path.to_path_buf(),
-                    reason: e.to_string(),
-                })?;
-            builder.with_client_cert_verifier(verifier)
+            let authority = ClientCertAuthority::load(path)?;
+            builder.with_client_cert_verifier(Arc::new(DeferToAuthenticator { authority }))
         }
         None => builder.with_no_client_auth(),
     };
@@ -156,6 +160,97 @@ pub fn server_config(
         })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
+}
+
+// === impl ClientCertAuthority ===
+
+/// The client CA, checking certificate chains after the handshake.
+#[derive(Debug, Clone)]
+pub struct ClientCertAuthority {
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertAuthority {
+    /// The CA certificates in the PEM file `path`.
+    pub fn load(path: &Path) -> Result<Self, TlsError> {
+        crate::install_crypto_provider();
+        let roots = Arc::new(load_roots(path)?);
+        let verifier = WebPkiClientVerifier::builder(roots)
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| TlsError::Verifier {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        Ok(ClientCertAuthority { verifier })
+    }
+
+    /// Whether `chain` (leaf first, as the client sent it) is signed by this
+    /// CA, valid now and meant for client authentication.
+    pub fn verify(&self, chain: &[CertificateDer<'_>]) -> bool {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return false;
+        };
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .is_ok()
+    }
+}
+
+/// The handshake side of client certificates: the client must prove it holds
+/// the certificate's key (the signature checks), but the chain itself is left
+/// to the authenticator, as in kube-apiserver, whose handshake requests client
+/// certificates with `VerifyClientCertIfGiven` and whose x509 authenticator
+/// then fails the request, not the connection.
+#[derive(Debug)]
+struct DeferToAuthenticator {
+    authority: ClientCertAuthority,
+}
+
+impl ClientCertVerifier for DeferToAuthenticator {
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        // The CA names tell clients with several certificates which to send.
+        self.authority.verifier.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.authority
+            .verifier
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.authority
+            .verifier
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.authority.verifier.supported_verify_schemes()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
 }
 
 /// Client configuration toward the apiservers: verify against `roots`

@@ -5,6 +5,8 @@
 //!   with [`Store::Etcd`], on a real etcd of its own.
 //! - [`TollgateProcess`]: the real `tollgate` in front of an upstream (a [`SimProcess`]), on
 //!   ephemeral client and admin ports, with the certificates of [`TollgateOptions`], killed on drop.
+//! - [`RealApiserver`]: a real kube-apiserver 1.20.2 with its own etcd (the shared tools'
+//!   `start.sh`), stopped with `stop.sh` on drop.
 //! - [`kubectl`] / [`Kubectl`]: one kubectl command with a request and a process timeout.
 //! - [`KubectlBackground`]: a long-running kubectl (`get -w`) whose stdout is read line by line.
 //! - [`LineReader`], [`eventually`]: the polling primitives the above are built on.
@@ -13,6 +15,7 @@
 mod binary;
 mod child;
 mod json;
+mod kube;
 mod kubectl;
 mod lines;
 mod sim;
@@ -20,6 +23,7 @@ mod tollgate;
 
 pub use binary::{fresh_workspace_binary, workspace_binary};
 pub use json::{abbreviated, str_at, user_info, whoami};
+pub use kube::{kube_apiserver_tools, RealApiserver};
 pub use kubectl::{
     kubectl, Kubectl, KubectlBackground, KubectlOutput, KUBECTL_PROCESS_TIMEOUT,
     KUBECTL_REQUEST_TIMEOUT,

@@ -1,13 +1,13 @@
 //! One request's way through the simulated apiserver:
 //! authenticate → parse → max-in-flight → route → serve → count.
 
-use super::authn::{Authenticator, UserInfo};
-use super::discovery;
+use super::authn::Authenticator;
 use super::inflight::{Inflight, InflightGuard};
 use super::list::{self, ListStats};
 use super::metrics::{
     DurationLabels, LongRunningLabels, RequestLabels, SimMetrics, StorageListLabels,
 };
+use super::model::ControlPlane;
 use super::reaper::Reaper;
 use super::resources::{self, ResourceDef};
 use super::respond::{self, Body, Encoding};
@@ -19,12 +19,11 @@ use super::write::{self, Change, DeleteOptions};
 use super::{clock, patch::PatchType};
 use apimodel::{RequestInfo, Status, Verb};
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use prometheus_client::registry::Registry;
 use rustls_pki_types::CertificateDer;
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -53,6 +52,8 @@ pub struct Api {
     pub reaper: Arc<Reaper>,
     pub config: ApiConfig,
     pub shutdown: CancellationToken,
+    /// The cost model (a no-op with `--cost-model none`).
+    pub model: Arc<ControlPlane>,
 }
 
 /// What the connection knows about its client.
@@ -138,13 +139,40 @@ impl Api {
         };
         let resp = match info.verb {
             Verb::List => return self.list(def, &info, encoding, guard, started).await,
-            Verb::Watch => return self.watch(def, &info, encoding, started),
+            Verb::Watch => return self.watch(def, &info, encoding, started).await,
             Verb::Get => self.get(def, &info, encoding).await,
             _ => self.write(req, def, &info).await,
         };
         self.count(&info, def, resp.status().as_u16(), started);
         drop(guard);
         resp
+    }
+
+    /// Which store serves a LIST (issue 5): consistent LISTs from the cache with
+    /// `--consistent-reads-from-cache` once it is ready; while the cache is cold
+    /// after a modeled restart, cache reads go to storage, or get 503 with
+    /// `--reject-until-cache-ready`. Exact revisions and continue tokens always
+    /// read storage.
+    fn choose_store(&self, mut plan: list::ListPlan) -> Result<list::ListPlan, Status> {
+        let m = &self.model;
+        let ready = m.cache_ready();
+        if !plan.from_cache
+            && m.config.consistent_reads_from_cache
+            && ready
+            && plan.read_at == list::ReadAt::Latest
+            && plan.start.is_none()
+        {
+            plan.from_cache = true;
+        }
+        if plan.from_cache && !ready {
+            if m.config.reject_until_cache_ready {
+                return Err(Status::service_unavailable(
+                    "the watch cache is not ready yet, please retry",
+                ));
+            }
+            plan.from_cache = false;
+        }
+        Ok(plan)
     }
 
     fn count(&self, info: &RequestInfo, def: &ResourceDef, code: u16, started: Instant) {
@@ -160,6 +188,15 @@ impl Api {
         let key = super::object::key(&info.namespace, &info.name);
         // Without resourceVersion a GET is a quorum read; with one, the cache serves it.
         let consistent = info.options.resource_version.is_none();
+        if self.model.enabled() {
+            let bytes = self
+                .store
+                .get(resources::index_of(def), &key)
+                .map_or(0, |o| o.json.len() as u64);
+            let from_etcd = consistent || !self.model.cache_ready();
+            let d = self.model.constants().get(bytes, from_etcd);
+            self.model.serve(&d).await;
+        }
         let found = match self.storage.get(def, &key, consistent).await {
             Ok(o) => o,
             Err(e) => return respond::status(&Status::internal(e.to_string())),
@@ -185,11 +222,14 @@ impl Api {
         started: Instant,
     ) -> Response<Body> {
         let result = match list::plan(def, &info.namespace, &info.options) {
-            Ok(plan) => self
-                .storage
-                .list(def, &plan)
-                .await
-                .map(|(rv, map, from_etcd)| (plan, rv, map, from_etcd)),
+            Ok(plan) => match self.choose_store(plan) {
+                Ok(plan) => self
+                    .storage
+                    .list(def, &plan)
+                    .await
+                    .map(|(rv, map, from_etcd)| (plan, rv, map, from_etcd)),
+                Err(s) => Err(s),
+            },
             Err(s) => Err(s),
         };
         let (plan, rv, map, from_etcd) = match result {
@@ -199,11 +239,40 @@ impl Api {
                 return respond::status(&s);
             }
         };
+        // The modeled cost: what the apiserver reads, evaluates and sends,
+        // waited for before the first byte (1.20 builds the whole list first).
+        let shape = self.model.enabled().then(|| {
+            list::shape(
+                def,
+                &map,
+                &plan.filter,
+                plan.start.as_deref(),
+                plan.limit,
+                from_etcd,
+            )
+        });
+        let mut hold = None;
+        if let Some(s) = &shape {
+            let d = self.model.constants().list(s);
+            match self.model.hold(d.memory) {
+                Some(h) => hold = Some(h),
+                // OOM-killed: a dead process never answers; the connection
+                // this request came on is being dropped.
+                None => std::future::pending::<()>().await,
+            }
+            self.model.serve(&d).await;
+        }
         let api = self.clone();
         let info2 = info.clone();
         let storage = if from_etcd { "etcd" } else { "watchcache" };
-        let on_done = Box::new(move |stats: ListStats| {
+        let on_done = Box::new(move |mut stats: ListStats| {
             let _guard = guard;
+            let _hold = hold;
+            if let Some(s) = shape {
+                // What the modeled apiserver read, not what the simulator walked.
+                stats.fetched = s.fetched;
+                stats.evaluated = s.evaluated;
+            }
             let l = StorageListLabels {
                 resource: def.name.to_string(),
                 storage: storage.to_string(),
@@ -237,7 +306,7 @@ impl Api {
         r
     }
 
-    fn watch(
+    async fn watch(
         self: &Arc<Self>,
         def: &'static ResourceDef,
         info: &RequestInfo,
@@ -251,6 +320,18 @@ impl Api {
                 return respond::status(&s);
             }
         };
+        if self.model.enabled() {
+            // The cacher holds watches until the cache is filled, then sends
+            // the initial state from it.
+            self.model.wait_cache_ready().await;
+            if let watch::Start::FullState { .. } = plan.start {
+                let (_, map) = self.store.snapshot(resources::index_of(def));
+                let s = list::shape(def, &map, &plan.filter, None, None, false);
+                self.model
+                    .serve(&self.model.constants().watch_start(&s))
+                    .await;
+            }
+        }
         let labels = LongRunningLabels {
             verb: "WATCH".into(),
             resource: def.name.into(),
@@ -285,7 +366,8 @@ impl Api {
             def,
             encoding,
             bookmark_every: self.config.bookmark_every,
-            shutdown: self.shutdown.clone(),
+            // Ends with the server, or with this incarnation at a modeled crash.
+            shutdown: self.model.connections(),
             guard: Box::new(done),
         };
         let mut r = Response::new(watch::start(ctx, plan));
@@ -335,6 +417,17 @@ impl Api {
         } else {
             body
         };
+        if self.model.enabled() {
+            let current = self
+                .store
+                .get(
+                    resources::index_of(def),
+                    &super::object::key(&info.namespace, &info.name),
+                )
+                .map_or(0, |o| o.json.len());
+            let d = self.model.constants().write(current.max(body.len()) as u64);
+            self.model.serve(&d).await;
+        }
         let result = match info.verb {
             Verb::Create => write::create(self, def, info, &body, dry_run)
                 .await
@@ -408,81 +501,6 @@ impl Api {
         out.extend_from_slice(b"]}");
         respond::json(StatusCode::OK, out)
     }
-
-    async fn non_resource(
-        &self,
-        req: Request<Incoming>,
-        info: &RequestInfo,
-        user: &UserInfo,
-    ) -> Response<Body> {
-        let path = info.path.trim_end_matches('/');
-        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-        let ok = |v: serde_json::Value| respond::json_value(StatusCode::OK, &v);
-        match (req.method(), parts.as_slice()) {
-            (&Method::GET, ["healthz" | "livez" | "readyz", ..]) => {
-                respond::plain(StatusCode::OK, "ok")
-            }
-            (&Method::GET, ["version"]) => ok(discovery::version()),
-            (&Method::GET, ["metrics"]) => self.metrics_text(),
-            (&Method::GET, ["api"]) => ok(discovery::api_versions(&self.config.server_address)),
-            (&Method::GET, ["api", v]) => {
-                discovery::resource_list("", v).map_or_else(|| not_found(path), ok)
-            }
-            (&Method::GET, ["apis"]) => ok(discovery::group_list()),
-            (&Method::GET, ["apis", g]) => {
-                discovery::api_group(g).map_or_else(|| not_found(path), ok)
-            }
-            (&Method::GET, ["apis", g, v]) => {
-                discovery::resource_list(g, v).map_or_else(|| not_found(path), ok)
-            }
-            (&Method::GET, ["openapi", "v3"]) => ok(discovery::openapi_v3_root()),
-            (&Method::GET, ["openapi", "v3", "api", v]) => {
-                discovery::openapi_v3("", v).map_or_else(|| not_found(path), ok)
-            }
-            (&Method::GET, ["openapi", "v3", "apis", g, v]) => {
-                discovery::openapi_v3(g, v).map_or_else(|| not_found(path), ok)
-            }
-            (&Method::POST, ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]) => {
-                if let Err(s) = read_body(req.into_body(), self.config.max_body_bytes).await {
-                    return respond::status(&s);
-                }
-                respond::json_value(
-                    StatusCode::CREATED,
-                    &json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
-                            "metadata": {"creationTimestamp": null}, "status": {"userInfo": user}}),
-                )
-            }
-            _ => not_found(path),
-        }
-    }
-
-    fn metrics_text(&self) -> Response<Body> {
-        for (i, def) in resources::RESOURCES.iter().enumerate() {
-            let name = if def.group.is_empty() {
-                def.name.to_string()
-            } else {
-                format!("{}.{}", def.name, def.group)
-            };
-            self.metrics
-                .storage_objects
-                .get_or_create(&super::metrics::ResourceLabels { resource: name })
-                .set(self.store.count(i) as i64);
-        }
-        let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            return respond::status(&Status::internal(format!("encoding metrics: {e}")));
-        }
-        let mut r = Response::new(respond::full(out));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        );
-        r
-    }
-}
-
-fn not_found(path: &str) -> Response<Body> {
-    respond::status(&Status::path_not_found(path))
 }
 
 fn scope(info: &RequestInfo) -> &'static str {
@@ -534,7 +552,7 @@ fn count(m: &SimMetrics, info: &RequestInfo, def: &ResourceDef, code: u16, start
 }
 
 /// Reads a request body up to `max` bytes: 413 beyond, 400 if the client's body breaks.
-async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Status> {
+pub(super) async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Status> {
     match Limited::new(body, max).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e)

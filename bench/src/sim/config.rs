@@ -1,6 +1,7 @@
 //! `tollgate-bench sim` flags, named after kube-apiserver's where they mean the same.
 
 use super::authn::AuthnConfig;
+use super::model::{Constants, ModelConfig};
 use super::pki::CertAuthority;
 use super::seed::SeedSpec;
 use super::tls;
@@ -66,6 +67,50 @@ pub enum StoreKind {
     Memory,
     /// In a real etcd (`--etcd-endpoints`), with the in-memory store as the watch cache.
     Etcd,
+}
+
+/// A byte count flag: `8Gi`, `512Mi`, `4G`, `1500000`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let n: f64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a size (e.g. 8Gi, 512Mi, 4G)"))?;
+        let mult = match unit {
+            "" => 1.0,
+            "K" | "k" => 1e3,
+            "M" => 1e6,
+            "G" => 1e9,
+            "T" => 1e12,
+            "Ki" => 1024.0,
+            "Mi" => 1024.0 * 1024.0,
+            "Gi" => 1024.0 * 1024.0 * 1024.0,
+            "Ti" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+            _ => {
+                return Err(format!(
+                    "{s:?}: unknown unit {unit:?} (use K, M, G, Ki, Mi, Gi)"
+                ))
+            }
+        };
+        Ok(ByteSize((n * mult) as u64))
+    }
+}
+
+/// `--cost-model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CostModel {
+    /// Serve as fast as possible: no modeled cost, no crashes.
+    None,
+    /// Charge each request what a real apiserver and etcd would spend (bench/MODEL.md).
+    Modeled,
 }
 
 /// A simulated kube-apiserver: kubectl, loadgen and tollgate talk to it as to a real one.
@@ -164,6 +209,29 @@ pub struct SimArgs {
     /// Serve requests without credentials as system:anonymous (false: 401).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub anonymous_auth: bool,
+    /// `none` (default): serve as fast as possible; `modeled`: charge each request what a
+    /// real apiserver and etcd would spend, wait for it, hold memory and crash at --memory-limit.
+    #[arg(long, value_enum, default_value = "none")]
+    pub cost_model: CostModel,
+    /// With --cost-model modeled: the apiserver's cores (default 2, the machine the model was
+    /// calibrated on; an m5.large-sized control-plane node).
+    #[arg(long, default_value_t = 2.0)]
+    pub virtual_cpus: f64,
+    /// With --cost-model modeled: modeled apiserver memory beyond which it is OOM-killed and
+    /// restarts (default 8Gi, the memory of a 2-vCPU control-plane node).
+    #[arg(long, default_value = "8Gi")]
+    pub memory_limit: ByteSize,
+    /// After a modeled restart, answer resourceVersion=0 LISTs with 503 until the watch cache
+    /// is ready instead of sending them to storage (Tess.IO's patch; default off: stock behaviour).
+    #[arg(long)]
+    pub reject_until_cache_ready: bool,
+    /// Serve consistent LISTs from the watch cache (Kubernetes 1.31+ with etcd progress
+    /// notifications); default off: they read etcd, as before 1.34 and in Tess.IO's clusters.
+    #[arg(long)]
+    pub consistent_reads_from_cache: bool,
+    /// Override one model constant, NAME=VALUE (repeatable); names and defaults in bench/MODEL.md.
+    #[arg(long = "model-set", value_name = "NAME=VALUE")]
+    pub model_set: Vec<String>,
 }
 
 impl Default for SimArgs {
@@ -180,6 +248,36 @@ fn read(path: &PathBuf) -> Result<String, SimError> {
 }
 
 impl SimArgs {
+    /// The cost model's settings, with the --model-set overrides applied.
+    pub fn model_config(&self) -> Result<ModelConfig, SimError> {
+        let mut constants = Constants::default();
+        for kv in &self.model_set {
+            let (k, v) = kv.split_once('=').ok_or_else(|| {
+                SimError::Config(format!("--model-set {kv:?}: expected NAME=VALUE"))
+            })?;
+            let v: f64 = v.trim().parse().map_err(|_| {
+                SimError::Config(format!("--model-set {kv:?}: {v:?} is not a number"))
+            })?;
+            constants
+                .set(k.trim(), v)
+                .map_err(|e| SimError::Config(format!("--model-set: {e}")))?;
+        }
+        if !(self.virtual_cpus.is_finite() && self.virtual_cpus > 0.0) {
+            return Err(SimError::Config(format!(
+                "--virtual-cpus {}: must be a positive number",
+                self.virtual_cpus
+            )));
+        }
+        Ok(ModelConfig {
+            enabled: self.cost_model == CostModel::Modeled,
+            virtual_cpus: self.virtual_cpus,
+            memory_limit: self.memory_limit.0,
+            reject_until_cache_ready: self.reject_until_cache_ready,
+            consistent_reads_from_cache: self.consistent_reads_from_cache,
+            constants,
+        })
+    }
+
     pub fn seed_spec(&self) -> SeedSpec {
         SeedSpec {
             nodes: self.nodes,
@@ -270,5 +368,25 @@ mod tests {
         assert_eq!(a.max_requests_inflight, 400);
         assert_eq!(a.max_mutating_requests_inflight, 200);
         assert!(a.anonymous_auth);
+        assert_eq!(a.cost_model, CostModel::None);
+    }
+
+    #[test]
+    fn sizes_and_model_overrides_parse() {
+        assert_eq!("8Gi".parse::<ByteSize>().unwrap().0, 8 << 30);
+        assert_eq!("1.5G".parse::<ByteSize>().unwrap().0, 1_500_000_000);
+        assert!("8 bananas".parse::<ByteSize>().is_err());
+        let a = SimArgs::parse_from([
+            "sim",
+            "--cost-model",
+            "modeled",
+            "--model-set",
+            "quantum=0.02",
+        ]);
+        let m = a.model_config().unwrap();
+        assert!(m.enabled);
+        assert_eq!(m.constants.quantum, 0.02);
+        let bad = SimArgs::parse_from(["sim", "--model-set", "quantun=1"]);
+        assert!(bad.model_config().is_err());
     }
 }

@@ -3,6 +3,7 @@
 //! paging, and the response streamed chunk by chunk from a snapshot, never
 //! built whole in memory.
 
+use super::model::ListShape;
 use super::object::Obj;
 use super::resources::ResourceDef;
 use super::respond::Encoding;
@@ -105,11 +106,19 @@ pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<ListP
     let rv = o.resource_version.as_deref().map(parse_rv).transpose()?;
     let m = o.resource_version_match.as_deref();
     if m.is_some() && rv.is_none() {
-        return Err(Status::invalid("", "", "", "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"));
+        return Err(invalid_list_options(
+            "resourceVersionMatch",
+            "FieldValueForbidden",
+            "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
     }
     if let Some(token) = &o.continue_token {
         if rv.is_some() {
-            return Err(Status::invalid("", "", "", "resourceVersion: Forbidden: specifying resource version is not allowed when using continue"));
+            return Err(invalid_list_options(
+                "resourceVersion",
+                "FieldValueForbidden",
+                "Forbidden: specifying resource version is not allowed when using continue",
+            ));
         }
         let (at, start) = decode_continue(token)?;
         return Ok(ListPlan {
@@ -120,27 +129,57 @@ pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<ListP
             from_cache: false,
         });
     }
-    let (read_at, from_cache) = match (rv, m) {
-        (None, _) => (ReadAt::Latest, false),
-        (Some(0), None | Some("NotOlderThan")) => (ReadAt::Latest, true),
-        (Some(0), Some("Exact")) => {
-            return Err(Status::invalid("", "", "", "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""))
-        }
-        (Some(n), Some("NotOlderThan")) => (ReadAt::NotOlderThan(n), true),
-        (Some(n), Some("Exact")) => (ReadAt::Exact(n), false),
-        (Some(n), None) if o.limit.is_some() => (ReadAt::Exact(n), false),
-        (Some(n), None) => (ReadAt::NotOlderThan(n), true),
-        (Some(_), Some(other)) => {
-            return Err(Status::invalid("", "", "", format!("resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\"")))
-        }
-    };
+    let (read_at, from_cache) =
+        match (rv, m) {
+            (None, _) => (ReadAt::Latest, false),
+            (Some(0), None | Some("NotOlderThan")) => (ReadAt::Latest, true),
+            (Some(0), Some("Exact")) => return Err(invalid_list_options(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            )),
+            (Some(n), Some("NotOlderThan")) => (ReadAt::NotOlderThan(n), true),
+            (Some(n), Some("Exact")) => (ReadAt::Exact(n), false),
+            (Some(n), None) if o.limit.is_some() => (ReadAt::Exact(n), false),
+            (Some(n), None) => (ReadAt::NotOlderThan(n), true),
+            (Some(_), Some(other)) => {
+                return Err(invalid_list_options(
+                    "resourceVersionMatch",
+                    "FieldValueNotSupported",
+                    &format!(
+                    "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+                ),
+                ))
+            }
+        };
     Ok(ListPlan {
         read_at,
-        limit: o.limit,
+        // kube-apiserver's watch cache answers `resourceVersion=0` whole: `limit` is ignored
+        // (and no continue token given), whatever the size.
+        limit: o.limit.filter(|_| rv != Some(0)),
         start: None,
         filter,
         from_cache,
     })
+}
+
+/// 422 for list options the apiserver refuses: `ListOptions.meta.k8s.io "" is invalid: …`,
+/// with the field as the cause.
+fn invalid_list_options(field: &str, reason: &str, detail: &str) -> Status {
+    let mut status = Status::invalid(
+        "meta.k8s.io",
+        "ListOptions",
+        "",
+        format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: {detail}"),
+    );
+    if let Some(d) = status.details.as_mut() {
+        d.causes.push(apimodel::status::StatusCause {
+            reason: reason.into(),
+            message: detail.into(),
+            field: field.into(),
+        });
+    }
+    status
 }
 
 /// The continue token the apiserver writes: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`.
@@ -174,18 +213,37 @@ fn decode_continue(token: &str) -> Result<(u64, String), Status> {
 /// The message the apiserver sends with a 410 for a continue token older than compaction.
 pub const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
+/// kube-apiserver's 410 message for an exact LIST at a compacted revision.
+pub const EXPIRED_LIST: &str = "The resourceVersion for the provided list is too old.";
+
+/// The 410 for a continue token at a compacted revision, with `metadata.continue`: the same
+/// `start` key at revision `now`.
+pub fn expired_continue(now: u64, start: &str) -> Status {
+    let mut status = Status::expired(EXPIRED_CONTINUE);
+    let v = serde_json::json!({"v": "meta.k8s.io/v1", "rv": now, "start": start});
+    status.metadata.insert(
+        "continue".into(),
+        base64::engine::general_purpose::STANDARD
+            .encode(v.to_string())
+            .into(),
+    );
+    status
+}
+
 /// The snapshot a plan reads, and its revision.
 pub fn snapshot(store: &Store, resource: usize, plan: &ListPlan) -> Result<(u64, ObjMap), Status> {
     match plan.read_at {
         ReadAt::Latest | ReadAt::NotOlderThan(_) => Ok(store.snapshot(resource)),
         ReadAt::Exact(at) => match store.snapshot_at(resource, at) {
             Ok(m) => Ok((at, m)),
-            Err(StoreError::Compacted { asked, oldest }) => Err(if plan.start.is_some() {
-                Status::expired(EXPIRED_CONTINUE)
-            } else {
-                Status::expired(format!(
-                    "The resourceVersion for the provided list is too old: {asked} ({oldest})"
-                ))
+            Err(StoreError::Compacted { .. }) => Err(match &plan.start {
+                // As kube-apiserver: a token for the same place at the current revision,
+                // for a client willing to continue with an inconsistent list.
+                Some(start) => {
+                    let (now, _) = store.snapshot(resource);
+                    expired_continue(now, start)
+                }
+                None => Status::expired(EXPIRED_LIST),
             }),
             Err(e) => Err(Status::internal(e.to_string())),
         },
@@ -202,6 +260,57 @@ pub fn namespace_range(map: ObjMap, namespace: &str) -> ObjMap {
     let (_, _, from) = map.split_lookup(&format!("{namespace}/"));
     let (within, _, _) = from.split_lookup(&format!("{namespace}0"));
     within
+}
+
+/// What serving `plan` over `map` reads, evaluates and returns, counted up
+/// front for the cost model. From etcd, the whole key range is read (up to a
+/// full page with `limit`) whatever the selectors; from the watch cache, a
+/// `spec.nodeName=X` pod LIST reads only the node's pods (the cacher's index).
+pub fn shape(
+    def: &ResourceDef,
+    map: &ObjMap,
+    filter: &Filter,
+    start: Option<&str>,
+    limit: Option<u64>,
+    from_etcd: bool,
+) -> ListShape {
+    let map = namespace_range(map.clone(), &filter.namespace);
+    let from = match start {
+        Some(k) => Bound::Included(k),
+        None => Bound::Unbounded,
+    };
+    let indexed_node =
+        (!from_etcd && def.name == "pods")
+            .then(|| {
+                filter.fields.requirements.iter().find(|r| {
+                    r.field == "spec.nodeName" && r.op == apimodel::selector::FieldOp::Equals
+                })
+            })
+            .flatten()
+            .map(|r| r.value.as_str());
+    let mut s = ListShape {
+        from_etcd,
+        ..ListShape::default()
+    };
+    for (_, o) in map.range::<_, str>((from, Bound::Unbounded)) {
+        if let Some(node) = indexed_node {
+            if o.field(def, "spec.nodeName").as_deref() != Some(node) {
+                continue;
+            }
+        }
+        let len = o.json.len() as u64;
+        s.fetched += 1;
+        s.fetched_bytes += len;
+        s.evaluated += 1;
+        if filter.matches(def, o) {
+            s.returned += 1;
+            s.returned_bytes += len;
+            if limit.is_some_and(|l| s.returned >= l) {
+                break;
+            }
+        }
+    }
+    s
 }
 
 /// Counts a LIST reports to the metrics when its body ends.
@@ -236,6 +345,8 @@ pub struct ListBody {
     now: i64,
     stats: ListStats,
     on_done: Option<OnDone>,
+    /// `{"kind":"K","apiVersion":"V",`: left out of each item, as kube-apiserver does.
+    type_prefix: Vec<u8>,
 }
 
 /// Builds the response body for a plan over a snapshot. With a limit, the page
@@ -262,6 +373,9 @@ pub fn body(
         None => map,
     };
     let mut stats = ListStats::default();
+    // `remainingItemCount`, as kube-apiserver counts it: the keys after the page, only
+    // for a LIST without selectors (with them, the count would be a guess, so it is left out).
+    let mut remaining = None;
     let (items, filter, cont): (Items, Option<Filter>, Option<String>) = match plan.limit {
         Some(limit) => {
             let mut page = Vec::new();
@@ -279,14 +393,20 @@ pub fn body(
                 }
             }
             // No continue token when nothing follows the page.
-            let cont = cont
-                .filter(|_| iter.next().is_some())
-                .map(|k| encode_continue(rv, &k));
+            let left = if cont.is_some() {
+                iter.count() as u64
+            } else {
+                0
+            };
+            let cont = cont.filter(|_| left > 0).map(|k| encode_continue(rv, &k));
+            if cont.is_some() && plan.filter.labels.is_empty() && plan.filter.fields.is_empty() {
+                remaining = Some(left);
+            }
             (Items::Page(page.into_iter()), None, cont)
         }
         None => (Items::Walk { map, after: None }, Some(plan.filter), None),
     };
-    let head = head(def, rv, cont.as_deref(), encoding);
+    let head = head(def, rv, cont.as_deref(), remaining, encoding);
     ListBody {
         head: Some(head),
         items,
@@ -298,13 +418,28 @@ pub fn body(
         now,
         stats,
         on_done: Some(on_done),
+        type_prefix: format!(
+            "{{\"kind\":{},\"apiVersion\":{},",
+            serde_json::Value::from(def.kind),
+            serde_json::Value::from(def.api_version())
+        )
+        .into_bytes(),
     }
 }
 
-fn head(def: &ResourceDef, rv: u64, cont: Option<&str>, encoding: Encoding) -> Bytes {
+fn head(
+    def: &ResourceDef,
+    rv: u64,
+    cont: Option<&str>,
+    remaining: Option<u64>,
+    encoding: Encoding,
+) -> Bytes {
     let mut meta = serde_json::json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = c.into();
+    }
+    if let Some(n) = remaining {
+        meta["remainingItemCount"] = n.into();
     }
     let s = match encoding {
         Encoding::Json => format!(
@@ -386,7 +521,11 @@ impl ListBody {
         }
         self.first = false;
         match self.encoding {
-            Encoding::Json => buf.extend_from_slice(&o.json),
+            Encoding::Json => {
+                let (open, rest) = o.json_without_type_meta(&self.type_prefix);
+                buf.extend_from_slice(open);
+                buf.extend_from_slice(rest);
+            }
             Encoding::Table(_) => {
                 buf.extend_from_slice(table::row(self.def, o, self.now).to_string().as_bytes())
             }

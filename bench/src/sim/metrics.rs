@@ -10,7 +10,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -71,6 +72,8 @@ pub struct SimMetrics {
     pub list_returned: Family<StorageListLabels, Counter>,
     pub list_evaluated: Family<StorageListLabels, Counter>,
     pub longrunning: Family<LongRunningLabels, Gauge<i64, AtomicI64>>,
+    /// `process_start_time_seconds` as f64 bits: a modeled restart moves it.
+    pub process_start: Arc<AtomicU64>,
 }
 
 /// kube-apiserver's request duration buckets.
@@ -93,7 +96,25 @@ impl SimMetrics {
             list_returned: Family::default(),
             list_evaluated: Family::default(),
             longrunning: Family::default(),
+            process_start: Arc::new(AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or_default()
+                    .to_bits(),
+            )),
         };
+        // kube-apiserver's watch cache starts with one LIST of each cached resource from etcd,
+        // so every resource has an `apiserver_storage_list_total` series from the start; a
+        // client comparing its growth (tollgate learning which store serves consistent LISTs)
+        // sees 0 new etcd LISTs rather than no series at all.
+        for def in super::resources::RESOURCES {
+            m.storage_lists
+                .get_or_create(&ResourceLabels {
+                    resource: def.name.to_string(),
+                })
+                .inc();
+        }
         registry.register(
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
@@ -139,7 +160,9 @@ impl SimMetrics {
             "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component.",
             m.longrunning.clone(),
         );
-        registry.register_collector(Box::new(ProcessCollector::new()));
+        registry.register_collector(Box::new(ProcessCollector {
+            start_time: m.process_start.clone(),
+        }));
         for kind in ["readOnly", "mutating"] {
             m.inflight
                 .get_or_create(&KindLabels {
@@ -154,17 +177,8 @@ impl SimMetrics {
 /// `process_*` metrics read from /proc at scrape time, as client_golang's process collector does.
 #[derive(Debug)]
 struct ProcessCollector {
-    start_time: f64,
-}
-
-impl ProcessCollector {
-    fn new() -> Self {
-        let start_time = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or_default();
-        ProcessCollector { start_time }
-    }
+    /// f64 bits, shared with the cost model (a modeled restart moves it).
+    start_time: Arc<AtomicU64>,
 }
 
 /// CPU seconds (user + system) and resident bytes of this process.
@@ -206,7 +220,7 @@ impl Collector for ProcessCollector {
             None,
             MetricType::Gauge,
         )?)?;
-        let s = ConstGauge::new(self.start_time);
+        let s = ConstGauge::new(f64::from_bits(self.start_time.load(Ordering::Relaxed)));
         s.encode(encoder.encode_descriptor(
             "process_start_time_seconds",
             "Start time of the process since unix epoch in seconds.",

@@ -5,7 +5,8 @@
 //! the objects live in a real etcd and the in-memory store is the watch cache.
 //!
 //! Layout:
-//! - [`api`]: one request's way (authenticate, parse, max-in-flight, route, count).
+//! - [`api`]: one request's way (authenticate, parse, max-in-flight, route, count); `nonresource`: health, discovery, `/metrics`.
+//! - [`model`]: the cost model (`--cost-model modeled`): stations, memory, crash and restart.
 //! - [`list`], [`watch`], [`write`]: the verbs; [`patch`]: the three patch types.
 //! - [`store`], [`object`]: revisions, snapshots, history; [`reaper`]: graceful deletes.
 //! - [`storage`]: memory or etcd, chosen at start; [`etcd`]: keys, txns, ranges, the cache's feed;
@@ -26,6 +27,7 @@ pub mod kubeconfig;
 pub mod list;
 pub mod metrics;
 pub mod model;
+mod nonresource;
 pub mod object;
 pub mod patch;
 pub mod pki;
@@ -44,7 +46,7 @@ pub mod validate;
 pub mod watch;
 pub mod write;
 
-pub use config::{SimArgs, SimError, StoreKind};
+pub use config::{ByteSize, CostModel, SimArgs, SimError, StoreKind};
 
 use api::{Api, ApiConfig};
 use authn::{Authenticator, AuthnConfig};
@@ -91,6 +93,7 @@ impl Drop for RunningSim {
 pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
     tls::install_crypto_provider();
     let authn_config = args.authn_config()?;
+    let model_config = args.model_config()?;
     let authn =
         Authenticator::new(authn_config.clone()).map_err(|e| SimError::Config(e.to_string()))?;
     let listener = TcpListener::bind(&args.listen)
@@ -137,6 +140,13 @@ pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
         args.max_mutating_requests_inflight,
         gauges,
     );
+    let model = model::ControlPlane::start(
+        model_config,
+        store.clone(),
+        &mut registry,
+        metrics.process_start.clone(),
+        stop.clone(),
+    );
     let reaper = reaper::Reaper::new();
     tokio::spawn(reaper.clone().run(storage.clone(), stop.clone()));
     let api = Arc::new(Api {
@@ -154,12 +164,19 @@ pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
             server_address: addr.to_string(),
         },
         shutdown: stop.clone(),
+        model,
     });
     if let Some(path) = &args.kubeconfig_out {
         kubeconfig::write_kubeconfig(path, &url, ca_pem.as_deref(), &kubeconfig::KubeUser::None)
             .map_err(|e| SimError::Config(e.to_string()))?;
     }
-    let server = tokio::spawn(server::serve(listener, acceptor, api.clone(), stop.clone()));
+    let server = tokio::spawn(server::serve(
+        listener,
+        addr,
+        acceptor,
+        api.clone(),
+        stop.clone(),
+    ));
     stop_on_error.disarm();
     Ok(RunningSim {
         addr,

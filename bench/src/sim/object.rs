@@ -39,6 +39,7 @@ impl Obj {
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
+        let value = type_meta_first(value);
         let meta = &value["metadata"];
         let labels = meta
             .get("labels")
@@ -79,6 +80,16 @@ impl Obj {
         key(&self.namespace, &self.name)
     }
 
+    /// The JSON as an item of a typed List: without `kind` and `apiVersion` (kube-apiserver
+    /// leaves them out of list items; watch events and GETs keep them). `type_prefix` is
+    /// `{"kind":"K","apiVersion":"V",`, which every stored object starts with.
+    pub fn json_without_type_meta<'a>(&'a self, type_prefix: &[u8]) -> (&'static [u8], &'a [u8]) {
+        match self.json.strip_prefix(type_prefix) {
+            Some(rest) => (b"{", rest),
+            None => (b"", &self.json),
+        }
+    }
+
     /// A field selector's view of the object.
     pub fn field(&self, def: &ResourceDef, field: &str) -> Option<String> {
         match field {
@@ -91,6 +102,23 @@ impl Obj {
                 .and_then(|i| self.fields.get(i).cloned().flatten()),
         }
     }
+}
+
+/// `kind` and `apiVersion` as the first two keys, as kube-apiserver writes objects: a LIST
+/// then sends each item without them by skipping a known prefix
+/// ([`Obj::json_without_type_meta`]), as the real apiserver's typed lists do.
+fn type_meta_first(value: Value) -> Value {
+    let Value::Object(mut map) = value else {
+        return value;
+    };
+    let mut ordered = serde_json::Map::with_capacity(map.len());
+    for k in ["kind", "apiVersion"] {
+        if let Some(v) = map.remove(k) {
+            ordered.insert(k.to_string(), v);
+        }
+    }
+    ordered.extend(map);
+    Value::Object(ordered)
 }
 
 fn str_at(v: &Value, k: &str) -> String {

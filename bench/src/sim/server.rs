@@ -8,6 +8,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -22,17 +23,29 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long open requests may run on after a stop before their connections are cut.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// Serves until `stop` is cancelled, then drains.
+/// Serves until `stop` is cancelled, then drains. At a modeled crash
+/// (`--cost-model modeled`), every connection is dropped at once and the
+/// port is closed until the modeled restart is over, then bound again.
 pub async fn serve(
     listener: TcpListener,
+    addr: SocketAddr,
     tls: Option<TlsAcceptor>,
     api: Arc<Api>,
     stop: CancellationToken,
 ) {
     let tracker = TaskTracker::new();
+    let mut listener = Some(listener);
     loop {
+        let incarnation = api.model.connections();
+        let Some(bound) = listener.as_ref() else {
+            listener = rebind(addr, api.model.up_at(), &stop).await;
+            if listener.is_none() {
+                break;
+            }
+            continue;
+        };
         let (tcp, remote) = tokio::select! {
-            r = listener.accept() => match r {
+            r = bound.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
                     // Out of file descriptors and similar: back off instead of spinning.
@@ -42,6 +55,11 @@ pub async fn serve(
                 }
             },
             _ = stop.cancelled() => break,
+            _ = incarnation.cancelled() => {
+                // A modeled crash: new connections are refused while it restarts.
+                listener = None;
+                continue;
+            }
         };
         let _ = tcp.set_nodelay(true);
         let api = api.clone();
@@ -49,14 +67,16 @@ pub async fn serve(
         let stop = stop.clone();
         tracker.spawn(async move {
             match tls {
-                None => connection(TokioIo::new(tcp), Peer::default(), api, stop).await,
+                None => {
+                    connection(TokioIo::new(tcp), Peer::default(), api, stop, incarnation).await
+                }
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
                             let peer = Peer {
                                 certs: peer_certificates(&stream),
                             };
-                            connection(TokioIo::new(stream), peer, api, stop).await
+                            connection(TokioIo::new(stream), peer, api, stop, incarnation).await
                         }
                         Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
@@ -69,8 +89,41 @@ pub async fn serve(
     tracker.wait().await;
 }
 
-async fn connection<I>(io: TokioIo<I>, peer: Peer, api: Arc<Api>, stop: CancellationToken)
-where
+/// Binds `addr` again once the modeled restart is over (retrying if the port
+/// is briefly taken); `None` if the server is stopped meanwhile.
+async fn rebind(
+    addr: SocketAddr,
+    up_at: tokio::time::Instant,
+    stop: &CancellationToken,
+) -> Option<TcpListener> {
+    tokio::select! {
+        _ = tokio::time::sleep_until(up_at) => {}
+        _ = stop.cancelled() => return None,
+    }
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(l) => {
+                tracing::info!(%addr, "modeled apiserver restarted: accepting connections");
+                return Some(l);
+            }
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "binding again after the modeled restart");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = stop.cancelled() => return None,
+                }
+            }
+        }
+    }
+}
+
+async fn connection<I>(
+    io: TokioIo<I>,
+    peer: Peer,
+    api: Arc<Api>,
+    stop: CancellationToken,
+    incarnation: CancellationToken,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let peer = Arc::new(peer);
@@ -96,9 +149,13 @@ where
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         }
-        _ = stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(DRAIN, conn).await;
+        _ = incarnation.cancelled() => {
+            // The incarnation token is a child of `stop`: a stop drains, a
+            // modeled crash drops the connection on the spot.
+            if stop.is_cancelled() {
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(DRAIN, conn).await;
+            }
         }
     }
 }

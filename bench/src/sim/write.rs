@@ -75,12 +75,21 @@ fn validate_name(def: &ResourceDef, name: &str) -> Result<(), Status> {
         validate::subdomain(name)
     };
     r.map_err(|e| {
-        Status::invalid(
+        let mut status = Status::invalid(
             def.group,
             def.kind,
             name,
             format!("{} {name:?} is invalid: metadata.name: {e}", def.kind),
-        )
+        );
+        // kube-apiserver lists each field error as a cause (clients show them per field).
+        if let Some(details) = status.details.as_mut() {
+            details.causes.push(apimodel::status::StatusCause {
+                reason: "FieldValueInvalid".into(),
+                message: e,
+                field: "metadata.name".into(),
+            });
+        }
+        status
     })
 }
 
@@ -346,7 +355,18 @@ pub async fn update(
                 let mut doc = cur_v.clone();
                 patch::apply(*kind, &mut doc, body).map_err(|e| match e {
                     PatchError::Malformed(m) => Status::bad_request(m),
-                    PatchError::Failed(m) => Status::invalid(def.group, def.kind, &info.name, m),
+                    // kube-apiserver 1.20 says only this, with empty details, for a patch
+                    // that cannot be applied (e.g. a failed JSON-patch `test`); the cause is logged.
+                    PatchError::Failed(m) => {
+                        tracing::debug!(reason = %m, "patch not applied");
+                        let mut status = Status::failure(
+                            422,
+                            "Invalid",
+                            "the server rejected our request due to an error in our request",
+                        );
+                        status.details = Some(Default::default());
+                        status
+                    }
                 })?;
                 doc
             }
@@ -446,21 +466,26 @@ pub async fn delete(
     let Some(cur) = api.store.get(idx, &k) else {
         return Err(Status::not_found(def.group, def.name, name));
     };
+    // kube-apiserver's registry words a failed delete precondition so, naming the kind.
+    let conflict = |what: String| {
+        Status::failure(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} {name:?}: {what}",
+                def.kind
+            ),
+        )
+        .with_details(def.group, def.kind, name)
+    };
     if let Some(uid) = &opts.uid {
         if *uid != cur.uid {
-            return Err(Status::failure(
-                409,
-                "Conflict",
-                format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    cur.uid
-                ),
-            ));
+            return Err(conflict(format!("the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated", cur.uid)));
         }
     }
     if let Some(rv) = opts.resource_version {
         if rv != cur.rv {
-            return Err(Status::failure(409, "Conflict", format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", cur.rv)));
+            return Err(conflict(format!("the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified", cur.rv)));
         }
     }
     if dry_run {

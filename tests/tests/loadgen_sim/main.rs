@@ -9,7 +9,8 @@
 //! - the simulator's own max-in-flight 429s (plain text, `Retry-After: 1`) counted, then
 //!   retried with `--honor-retry-after` (as a non-admin user: `system:masters` is never
 //!   refused, which is checked too);
-//! - Ctrl-C (SIGINT) still writes the results.
+//! - Ctrl-C (SIGINT) still writes the results;
+//! - `loadgen nodes`: heartbeats, leases, daemons, `--bind`, relists after 410, presets.
 //!
 //! Each test starts its own simulator, so the tests run in parallel.
 
@@ -28,6 +29,7 @@ use tests::{eventually, fresh_workspace_binary, whoami, Kubectl, SimProcess};
 
 /// How long a loadgen command may take beyond its `--duration` before it is killed.
 mod interrupt;
+mod nodes;
 mod operations;
 mod rejections;
 mod seeding;

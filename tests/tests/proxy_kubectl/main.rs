@@ -69,6 +69,13 @@ over_http_and_tls!(
     debug_patterns_after_a_mixed_load,
 );
 
+/// Learning which store serves consistent LISTs needs two simulators (one per setting); once
+/// is enough, over plain HTTP.
+#[test]
+fn consistent_list_store_is_learned_from_the_apiservers_metrics() -> anyhow::Result<()> {
+    patterns::store_is_learned_from_storage_list_metrics(tests::Scheme::Http)
+}
+
 // === the stack: sim (TLS, authn) ← tollgate ← clients ===
 
 /// A sim with authentication, and tollgate in front of it.
@@ -90,6 +97,15 @@ struct Stack {
 
 impl Stack {
     fn start(client: Scheme, sim_extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(client, sim_extra, &[])
+    }
+
+    /// [`Stack::start`] with extra tollgate arguments.
+    fn start_with(
+        client: Scheme,
+        sim_extra: &[&str],
+        tollgate_args: &[String],
+    ) -> anyhow::Result<Self> {
         let inputs = tempfile::Builder::new()
             .prefix("tollgate-e2e-inputs-")
             .tempdir()?;
@@ -144,6 +160,7 @@ impl Stack {
 
         let mut options = TollgateOptions::in_front_of(&sim);
         options.front_proxy = Some(front_proxy);
+        options.args.extend(tollgate_args.iter().cloned());
         if client == Scheme::Tls {
             options.tls = true;
             options.client_ca_pem = Some(client_ca.cert_pem().to_string());

@@ -203,3 +203,60 @@ pub(crate) fn debug_patterns_after_a_mixed_load(client: Scheme) -> anyhow::Resul
     }
     stack.still_running()
 }
+
+/// tollgate learns which store serves consistent LISTs from the apiserver's own
+/// `apiserver_storage_list_total` (LISTs read from etcd): a simulator that reads them from etcd
+/// (as before Kubernetes 1.31) and one that serves them from its watch cache
+/// (`--consistent-reads-from-cache`), each scraped every second.
+pub(crate) fn store_is_learned_from_storage_list_metrics(client: Scheme) -> anyhow::Result<()> {
+    // Each time tollgate is configured to assume the other store, so only learning passes.
+    for (sim_flag, want, assumed) in [
+        (None, "etcd", "watchCache"),
+        (Some("--consistent-reads-from-cache"), "watchCache", "etcd"),
+    ] {
+        let inputs = tempfile::tempdir()?;
+        let config = inputs.path().join("tollgate.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "upstream:\n  metricsScrape: {{enabled: true, path: /metrics, intervalSeconds: 1}}\n\
+                 patterns:\n  consistentStore: {assumed}\n"
+            ),
+        )?;
+        let sim_extra: Vec<&str> = sim_flag.into_iter().collect();
+        let stack = Stack::start_with(
+            client,
+            &sim_extra,
+            &["--config".to_string(), config.display().to_string()],
+        )?;
+        let curl = stack.curl(Who::Anonymous)?;
+        let list = ("GET", "/api/v1/namespaces/ns-1/pods".to_string(), None);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let learned = loop {
+            // At least 5 consistent LISTs between two scrapes are the evidence tollgate needs.
+            let results = curl.batch(stack.proxy.dir(), &vec![list.clone(); 6], &[])?;
+            anyhow::ensure!(results.iter().all(|(code, _)| *code == 200), "{results:?}");
+            let patterns: Vec<Value> =
+                serde_json::from_str(&stack.proxy.admin_ok("/debug/patterns")?)?;
+            let store = patterns
+                .iter()
+                .find(|p| {
+                    p["verb"] == "list"
+                        && p["resource"] == "pods"
+                        && p["consistency"] == "consistent"
+                })
+                .and_then(|p| p["store"].as_str().map(str::to_string));
+            if store.as_deref() == Some(want) || Instant::now() > deadline {
+                break store;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        assert_eq!(
+            learned.as_deref(),
+            Some(want),
+            "simulator flag {sim_flag:?}; tollgate log:\n{}",
+            stack.proxy.log()
+        );
+    }
+    Ok(())
+}

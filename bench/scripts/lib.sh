@@ -1,0 +1,86 @@
+# Shared helpers of the benchmark scripts in bench/scripts (sourced, not run).
+# The caller sets BENCH (its name, for messages) before sourcing. bench_init makes the temp dir
+# and the exit trap that kills, by pid, every process recorded in PIDS.
+
+die() { echo "$BENCH: $*" >&2; exit 1; }
+log() { echo "$BENCH: $*" >&2; }
+
+bench_init() {
+    TMP=$(mktemp -d "/tmp/$BENCH.XXXXXX")
+    PIDS=()
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT TERM HUP PIPE
+}
+bench_cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    [[ -n "${KEEP_TMP:-}" ]] || rm -rf "$TMP"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+# Polls (bounded) until GET URL answers 200.
+wait_http() { # wait_http URL PID what
+    local i
+    for i in $(seq 200); do
+        curl -skf -o /dev/null -r 0-0 "$1" && return 0
+        kill -0 "$2" 2>/dev/null || die "$3 exited; see $TMP"
+        sleep 0.05
+    done
+    die "$3 did not answer at $1 within 10 s"
+}
+# Polls (bounded) stdout file FILE for "PREFIX URL"; prints URL.
+wait_line() { # wait_line FILE PREFIX PID what
+    local i url
+    for i in $(seq 1200); do
+        url=$(grep -o "$2[^ ]*" "$1" 2>/dev/null | head -1 | awk '{print $NF}' || true)
+        [[ -n "$url" ]] && { echo "$url"; return 0; }
+        kill -0 "$3" 2>/dev/null || { cat "$1" >&2; die "$4 exited"; }
+        sleep 0.05
+    done
+    die "$4 printed no address within 60 s"
+}
+nginx_conf() { # nginx_conf DIR PORT SERVER_BLOCK [HTTP_EXTRA]
+    mkdir -p "$1/logs" "$1/tmp"
+    cat >"$1/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    default_type application/octet-stream;
+    types { application/json json; }
+    keepalive_requests 100000000;
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+    ${4:-}
+    server {
+        listen 127.0.0.1:$2;
+        $3
+    }
+}
+NGINX
+}
+# The worker of a one-worker nginx whose master is PID.
+nginx_worker() {
+    local i w
+    for i in $(seq 100); do
+        w=$(cat "/proc/$1/task/$1/children" 2>/dev/null | awk '{print $1}')
+        [[ -n "$w" ]] && { echo "$w"; return 0; }
+        sleep 0.05
+    done
+    die "nginx master $1 has no worker"
+}
+# CPU ticks (utime + stime) of PID.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Resident set (KiB) now, and its high-water mark.
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+hwm_kb() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
+mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }

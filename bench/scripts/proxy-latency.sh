@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Latency tollgate adds at half its maximum rate (issue 3, benchmarks), against the floor of
+# any hyper proxy here (minproxy, bench/src/bin/minproxy.rs) and nginx as a plain reverse proxy,
+# in the same run, in front of the same upstream (nginx serving a 1 KB JSON object at every
+# path, so a GET of a pod's path is classified like one).
+#   1. tollgate's maximum rate: wrk -t1 -c16 through it, MAX_SECONDS long.
+#   2. open-loop GETs at half that rate with loadgen (latency from each request's intended
+#      start, so stalls are not hidden), DURATION each, against the upstream directly and
+#      through each proxy, interleaved over ROUNDS.
+# Added p99 = p99 through the proxy - p99 direct, from the rounds' merged requests (the median
+# of the rounds' values is shown too). Writes the section "tollgate added latency (issue 3)" of
+# bench/RESULTS.md and prints it. A benchmark, not a CI test. Loopback only; everything it
+# starts is killed by pid on exit.
+#
+# Environment:
+#   SKIP_BUILD=1     use the existing release binaries (no cargo build)
+#   BIN_DIR=dir      where the release binaries are (default target/release)
+#   ROUNDS=3         interleaved rounds
+#   DURATION=20      seconds of load per run
+#   MAX_SECONDS=8    seconds of the wrk run that finds the maximum rate
+#   RATE=N           skip step 1 and use N requests/s
+#   MODE=off         tollgate's --mode (issue 3 measures forwarding without enforcement)
+#   RESULTS=path     where to write the results (default bench/RESULTS.md; "-" prints only)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-20}
+MAX_SECONDS=${MAX_SECONDS:-8}
+RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
+MODE=${MODE:-off}
+TARGET=1.5
+
+BENCH=proxy-latency
+# shellcheck source=lib.sh
+source "$ROOT/bench/scripts/lib.sh"
+
+for tool in curl wrk awk python3; do
+    command -v "$tool" >/dev/null || die "$tool is missing"
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[[ -x "$NGINX" ]] || die "nginx is missing (apt-get install -y nginx-light)"
+bench_init
+
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+    log "building release binaries (tollgate, minproxy, loadgen)…"
+    (cd "$ROOT" && cargo build --release -q -p tollgate -p bench -p loadgen)
+fi
+BIN_DIR=${BIN_DIR:-$ROOT/target/release}
+for b in tollgate minproxy loadgen; do
+    [[ -x "$BIN_DIR/$b" ]] || die "$BIN_DIR/$b is missing: run without SKIP_BUILD"
+done
+
+# --- upstream and proxies --------------------------------------------------------------------
+chmod 755 "$TMP"
+mkdir -p "$TMP/www"
+python3 - "$TMP/www/pod.json" <<'EOF'
+import json, sys
+doc = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "loadgen-pod-0", "namespace": "default"},
+       "spec": {"nodeName": "node-0"}, "status": {"phase": "Running"}}
+s = json.dumps(doc)
+doc["metadata"]["annotations"] = {"pad": "x" * (1024 - len(s) - 32)}
+s = json.dumps(doc)
+assert 1000 <= len(s) <= 1024, len(s)
+open(sys.argv[1], "w").write(s)
+EOF
+chmod 644 "$TMP/www/pod.json"
+UP_PORT=$(free_port)
+nginx_conf "$TMP/up" "$UP_PORT" "root $TMP/www; location / { default_type application/json; try_files /pod.json =404; }"
+"$NGINX" -p "$TMP/up" -c "$TMP/up/nginx.conf" >"$TMP/up/logs/stdout" 2>&1 &
+PIDS+=($!)
+declare -A URL
+URL[direct]=http://127.0.0.1:$UP_PORT
+wait_http "${URL[direct]}/healthz" "${PIDS[-1]}" "upstream nginx"
+
+"$BIN_DIR/minproxy" --listen 127.0.0.1:0 --upstream "${URL[direct]}" >"$TMP/minproxy.out" 2>&1 &
+PIDS+=($!)
+URL[minproxy]=$(wait_line "$TMP/minproxy.out" "minproxy serving at " "${PIDS[-1]}" minproxy)
+
+NP_PORT=$(free_port)
+nginx_conf "$TMP/np" "$NP_PORT" "location / {
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_buffering off;
+            proxy_buffer_size 64k;
+            proxy_buffers 4 64k;
+        }" "upstream up { server 127.0.0.1:$UP_PORT; keepalive 64; }"
+"$NGINX" -p "$TMP/np" -c "$TMP/np/nginx.conf" >"$TMP/np/logs/stdout" 2>&1 &
+PIDS+=($!)
+URL[nginx]=http://127.0.0.1:$NP_PORT
+wait_http "${URL[nginx]}/healthz" "${PIDS[-1]}" "nginx proxy"
+
+cat >"$TMP/tollgate.yaml" <<EOF
+upstream:
+  healthCheck: {enabled: true, path: /healthz, intervalSeconds: 5, timeoutSeconds: 2}
+  metricsScrape: {enabled: false}
+EOF
+"$BIN_DIR/tollgate" --mode "$MODE" --config "$TMP/tollgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --upstream "${URL[direct]}" >"$TMP/tollgate.out" 2>"$TMP/tollgate.err" &
+PIDS+=($!)
+URL[tollgate]=$(wait_line "$TMP/tollgate.out" "tollgate serving at " "${PIDS[-1]}" tollgate)
+wait_http "${URL[tollgate]}/healthz" "${PIDS[-1]}" tollgate
+
+POD_PATH=/api/v1/namespaces/default/pods/loadgen-pod-0
+
+# --- 1. tollgate's maximum rate ------------------------------------------------------------
+if [[ -z "${RATE:-}" ]]; then
+    wrk -t1 -c16 -d"${MAX_SECONDS}s" "${URL[tollgate]}$POD_PATH" >"$TMP/wrk.max" 2>&1 || die "wrk failed: $(cat "$TMP/wrk.max")"
+    MAX=$(awk '/^Requests\/sec/ {printf "%d", $2}' "$TMP/wrk.max")
+    RATE=$((MAX / 2))
+    log "tollgate's maximum rate: $MAX requests/s (wrk -t1 -c16); load at $RATE/s"
+else
+    MAX="(not measured; RATE given)"
+fi
+
+# --- 2. open-loop load at half of it -----------------------------------------------------
+TARGETS=(direct minproxy tollgate nginx)
+declare -A P99S
+run() { # run TARGET ROUND
+    local t=$1 out=$TMP/lg.$1.$2
+    "$BIN_DIR/loadgen" --server "${URL[$t]}" --gets "$RATE/s" --get-resource pods -n default --objects 1 \
+        --duration "${DURATION}s" --no-progress --output "$out" >"$out.log" 2>&1 \
+        || die "loadgen against $t failed: $(tail -5 "$out.log")"
+    P99S[$t]="${P99S[$t]:-} $(python3 - "$out/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+op = next(o for o in s["operations"] if o["name"].startswith("get"))
+print(f'{op["latency_ms"]["p99"]:.3f}:{op["latency_ms"]["p50"]:.3f}:{op["requests"]}:{op["rate_per_s"]:.0f}')
+PY
+)"
+    log "round $2 $t: $(echo "${P99S[$t]}" | awk '{print $NF}') (p99:p50:requests:rate)"
+}
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for r in $(seq "$ROUNDS"); do
+    for t in "${TARGETS[@]}"; do run "$t" "$r"; done
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# Per target: the rounds' p99 values, their median, and the median p50.
+median_field() { # median_field TARGET FIELD
+    echo "${P99S[$1]}" | tr ' ' '\n' | awk -F: -v f="$2" 'NF {print $f}' | sort -g \
+        | awk '{v[NR] = $1} END {printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+rounds_p99() { echo "${P99S[$1]}" | tr ' ' '\n' | awk -F: 'NF {printf "%s%s", sep, $1; sep = " "}'; }
+declare -A MED ADD
+for t in "${TARGETS[@]}"; do MED[$t]=$(median_field "$t" 1); done
+for t in minproxy tollgate nginx; do
+    ADD[$t]=$(awk -v a="${MED[$t]}" -v d="${MED[direct]}" 'BEGIN {printf "%.3f", a - d}')
+done
+RATIO=$(awk -v a="${ADD[tollgate]}" -v b="${ADD[minproxy]}" 'BEGIN {if (b <= 0) print "n/a"; else printf "%.2f", a / b}')
+VERDICT=$(awk -v r="$RATIO" -v t="$TARGET" 'BEGIN {print (r != "n/a" && r <= t ? "meets" : "misses")}')
+UNDER_1MS=$(awk -v a="${ADD[tollgate]}" 'BEGIN {print (a < 1 ? "yes" : "no")}')
+
+row() { echo "| $1 | $(rounds_p99 "$1") | ${MED[$1]} ms | $(median_field "$1" 2) ms | ${ADD[$1]:-—}${ADD[$1]:+ ms} |"; }
+SECTION=$(cat <<EOF
+## tollgate added latency (issue 3)
+
+\`bash bench/scripts/proxy-latency.sh\` (ROUNDS=$ROUNDS, DURATION=${DURATION}s), release builds, run
+$(date -u +%Y-%m-%dT%H:%MZ) at ${REV:-$(cd "$ROOT" && git rev-parse --short HEAD)} on $(nproc) cores, shared with
+other work: load average $LOAD_BEFORE before, $LOAD_AFTER after. Upstream: nginx serving a
+1 KB pod object at every path. tollgate's maximum rate (wrk -t1 -c16, ${MAX_SECONDS} s): $MAX
+requests/s; the load is open-loop GETs of \`$POD_PATH\` at **$RATE/s** from loadgen (HTTP/1.1,
+latency from each request's intended start), ${DURATION} s per run, targets interleaved.
+
+| target | p99 per round (ms) | median p99 | median p50 | added p99 over direct |
+|---|---|---|---|---|
+$(row direct)
+$(row minproxy)
+$(row tollgate)
+$(row nginx)
+
+- tollgate's added p99 / minproxy's: **$RATIO** (target ≤ $TARGET: $VERDICT); added p99 under 1 ms: $UNDER_1MS
+  (the target asks for it where the machine is quiet; this one is shared).
+EOF
+)
+
+echo "$SECTION"
+if [[ "$RESULTS" != "-" ]]; then
+    python3 - "$RESULTS" "$SECTION" <<'PY'
+import re, sys
+path, section = sys.argv[1], sys.argv[2].rstrip() + "\n"
+text = open(path).read()
+pat = re.compile(r"^## tollgate added latency \(issue 3\)\n.*?(?=^## |\Z)", re.S | re.M)
+text = pat.sub(section + "\n", text) if pat.search(text) else text.rstrip() + "\n\n" + section
+open(path, "w").write(text)
+PY
+    log "wrote $RESULTS"
+fi

@@ -1,0 +1,20 @@
+//! Capacity planning in Theodolite's model (issue 10): a grid of load × resource amounts,
+//! SLO experiments on its cells chosen by a search strategy, and the capacity and demand
+//! metrics read off the verdicts.
+//!
+//! - [`execution`]: the execution file and its validation.
+//! - [`search`]: the strategies (full, linear, binary, lower-bound restriction), stateless so
+//!   a rerun replays stored results and continues where it stopped.
+//! - [`slo`]: SLOs checked against loadgen's `summary.json`.
+//! - [`results`]: the append-only results file that replay reads.
+//! - [`experiment`]: one experiment: start the system under test, run loadgen, check SLOs.
+//! - [`run`]: the command: replay, search, write `capacity.json` and `summary.md`.
+
+pub use run::CapacityArgs;
+
+pub mod execution;
+pub mod experiment;
+pub mod results;
+pub mod run;
+pub mod search;
+pub mod slo;

@@ -1,0 +1,377 @@
+//! One operation's open-loop driver, on an OS thread of its own with a
+//! current-thread runtime: the driver, its requests and their connections
+//! ([`Conns`]) never leave that thread, so a response wakes nothing on another
+//! core (the multi-threaded runtime and the pooled client cost 1.4 context
+//! switches per request; wrk, whose thread owns its connections, 0.4).
+//!
+//! The driver keeps the schedule itself: whenever it runs (a response came
+//! in, or its alarm rang) it issues every tick that is due. The alarm is a
+//! timerfd in the runtime's own epoll set: a high-resolution timer (tokio's
+//! timer rounds to the next millisecond) that wakes the driver thread
+//! directly, where a sleeping tick thread cost two more context switches per
+//! wake (its own and the hand-off). Latency runs from each tick's intended
+//! start; at `--max-in-flight` outstanding requests a tick is dropped and
+//! counted.
+
+use std::future::{poll_fn, Future};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
+use tokio::io::unix::AsyncFd;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::conn::Conns;
+use crate::ops::{OpKind, OpSpec};
+use crate::record::{OpRecorder, Outcome};
+use crate::run::RunCtx;
+use crate::schedule::Ticks;
+use crate::send::{self, Sent};
+
+/// How much earlier than intended a tick may leave: about what waking the
+/// thread takes, so that requests leave on time rather than always late.
+const TIMER_SLACK: Duration = Duration::from_micros(50);
+/// Shortest time between two rings of the alarm: above 1,000/s, ticks due
+/// within a millisecond of its last ring leave together (late, never early),
+/// so the driver is woken at most 1,000 times a second, not once per request.
+const MIN_WAKE_GAP: Duration = Duration::from_millis(1);
+
+/// Starts `op`'s driver thread; the receiver completes when it is done
+/// (schedule over and requests finished, or `abort`).
+pub(crate) fn spawn(
+    op: Arc<OpSpec>,
+    ctx: Arc<RunCtx>,
+    rec: Arc<OpRecorder>,
+    start: Instant,
+    abort: CancellationToken,
+    conns: Conns,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<()>> {
+    let (done, finished) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(format!("loadgen-{}", op.name))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(operation = %op.name, error = %e, "cannot start the driver's runtime");
+                    return;
+                }
+            };
+            rt.block_on(drive(&op, &ctx, &rec, start, &abort, &conns));
+            // The runtime (and with it every connection task) ends before `done` says so.
+            drop(rt);
+            drop(done);
+        })?;
+    Ok(finished)
+}
+
+/// Issues `op`'s ticks on schedule without waiting for earlier requests.
+async fn drive(
+    op: &OpSpec,
+    ctx: &RunCtx,
+    rec: &OpRecorder,
+    start: Instant,
+    abort: &CancellationToken,
+    conns: &Conns,
+) {
+    let max_in_flight = ctx.config.max_in_flight.max(1);
+    let duration = ctx.config.duration;
+    let ticks = Ticks::new(ctx.config.schedule.clone(), op.rate);
+    // Shards of a constant schedule interleave: shard i starts i/N of a period late.
+    let phase = match ctx.config.shard {
+        Some(s) => Duration::from_secs_f64(
+            f64::from(s.index) / f64::from(s.count) / op.rate.as_per_second(),
+        ),
+        None => Duration::ZERO,
+    };
+    let step = match ctx.config.schedule {
+        crate::schedule::ScheduleKind::Steps { step, .. } if !step.is_zero() => Some(step),
+        _ => None,
+    };
+    let std_start = start.into_std();
+    let mut alarm = match Alarm::new() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(operation = %op.name, error = %e, "cannot create the driver's timer");
+            return;
+        }
+    };
+    let mut schedule = ticks.enumerate().peekable();
+    let mut ticks_done = false;
+    let mut in_flight = FuturesUnordered::new();
+    let mut cancelled = std::pin::pin!(abort.cancelled());
+    let aborted = poll_fn(|cx| {
+        if cancelled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(true);
+        }
+        // Rings are taken (and the timer's waker registered) before the
+        // schedule is looked at, so none is lost.
+        while alarm.poll_ring(cx).is_ready() {}
+        loop {
+            if !ticks_done {
+                let now = std::time::Instant::now();
+                while let Some(&(i, offset)) = schedule.peek() {
+                    let at = offset + phase;
+                    if at >= duration {
+                        ticks_done = true;
+                        break;
+                    }
+                    if std_start + at > now + TIMER_SLACK {
+                        break;
+                    }
+                    schedule.next();
+                    if in_flight.len() >= max_in_flight {
+                        rec.drop_one();
+                        continue;
+                    }
+                    let intended = Instant::from_std(std_start + at);
+                    let now = Instant::from_std(now);
+                    rec.record_start_lag(now.saturating_duration_since(intended));
+                    // Latency runs from the intended start, or from the actual one
+                    // if the request left early: never shorter than what the server took.
+                    let slice = step.map(|s| (offset.as_secs_f64() / s.as_secs_f64()) as usize);
+                    in_flight.push(request(op, ctx, conns, rec, i as u64, intended.min(now), slice));
+                }
+                if let Some(&(_, offset)) = schedule.peek().filter(|_| !ticks_done) {
+                    let due = (std_start + offset + phase)
+                        .checked_sub(TIMER_SLACK)
+                        .unwrap_or(std_start);
+                    if let Err(e) = alarm.arm(due) {
+                        tracing::error!(operation = %op.name, error = %e, "cannot set the driver's timer");
+                        return Poll::Ready(true);
+                    }
+                }
+            }
+            match in_flight.poll_next_unpin(cx) {
+                Poll::Ready(Some(())) => continue,
+                Poll::Ready(None) if ticks_done => return Poll::Ready(false),
+                _ => return Poll::Pending,
+            }
+        }
+    })
+    .await;
+    if aborted {
+        for _ in 0..in_flight.len() {
+            rec.cancel_one();
+        }
+    }
+}
+
+/// The driver's alarm clock: a timerfd (CLOCK_MONOTONIC, like `Instant`)
+/// registered with the runtime's epoll.
+struct Alarm {
+    fd: AsyncFd<OwnedFd>,
+    /// When it is set to ring; `None` after a ring.
+    armed: Option<std::time::Instant>,
+    /// When it last rang, as set (not when the thread woke: overshoots must not add up).
+    last_ring: Option<std::time::Instant>,
+}
+
+impl Alarm {
+    fn new() -> std::io::Result<Alarm> {
+        let fd = rustix::time::timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        // tokio deprecated the safe constructors because a `T: AsRawFd` could
+        // close or swap its fd while registered; an `OwnedFd` owned by the
+        // `AsyncFd` (only ever lent out shared) cannot, which is the contract
+        // of the `unsafe` replacement this crate may not call.
+        #[allow(deprecated)]
+        let fd = AsyncFd::with_interest(fd, tokio::io::Interest::READABLE)?;
+        Ok(Alarm {
+            fd,
+            armed: None,
+            last_ring: None,
+        })
+    }
+
+    /// Rings at `due`, but not sooner than [`MIN_WAKE_GAP`] after the last
+    /// ring. Ticks only move forward, so an alarm already set (for an earlier
+    /// tick the driver issued on its own) is left as it is: one `settime` per ring.
+    fn arm(&mut self, due: std::time::Instant) -> std::io::Result<()> {
+        if self.armed.is_some() {
+            return Ok(());
+        }
+        let at = self
+            .last_ring
+            .map_or(due, |last| due.max(last + MIN_WAKE_GAP));
+        // A zero value would disarm the timer: ring at once instead.
+        let wait = at
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_nanos(1));
+        let value = Timespec {
+            tv_sec: wait.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: wait.subsec_nanos().into(),
+        };
+        rustix::time::timerfd_settime(
+            &self.fd,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+                it_value: value,
+            },
+        )?;
+        self.armed = Some(at);
+        Ok(())
+    }
+
+    /// `Ready` once per ring; `Pending` (with the waker registered) otherwise.
+    fn poll_ring(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            let mut ready = match self.fd.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                // The fd cannot fail short of a closed runtime; a ring keeps the driver going.
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Ready(Ok(guard)) => guard,
+            };
+            let mut expirations = [0u8; 8];
+            match rustix::io::read(self.fd.get_ref(), &mut expirations) {
+                Ok(_) => {
+                    self.last_ring = self.armed.take();
+                    return Poll::Ready(());
+                }
+                Err(rustix::io::Errno::AGAIN) => ready.clear_ready(),
+                Err(_) => return Poll::Ready(()),
+            }
+        }
+    }
+}
+
+/// One scheduled request, recorded when it ends.
+async fn request(
+    op: &OpSpec,
+    ctx: &RunCtx,
+    conns: &Conns,
+    rec: &OpRecorder,
+    i: u64,
+    intended: Instant,
+    slice: Option<usize>,
+) {
+    match execute(op, ctx, conns, i).await {
+        Some(sent) => {
+            let latency = intended.elapsed();
+            rec.record(&sent.outcome, latency, ctx.config.send.honor_retry_after);
+            if let Some(k) = slice {
+                rec.record_slice(k, &sent.outcome, latency);
+            }
+        }
+        None => rec.skip_one(),
+    }
+}
+
+/// Performs the `i`-th request of `op`: a paged LIST follows `continue` to the
+/// end and counts as one request. `None` when there is nothing to do.
+async fn execute(op: &OpSpec, ctx: &RunCtx, conns: &Conns, i: u64) -> Option<Sent> {
+    let opts = &ctx.config.send;
+    match &op.kind {
+        OpKind::List { limit, rv, .. } => {
+            let want_meta = limit.is_some() || *rv == crate::ops::ListRv::Exact;
+            let exact = ctx
+                .last_rv
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let mut planned = op.plan(i, exact.as_deref(), None)?;
+            let base_path = planned.path.clone();
+            let mut total = Outcome::default();
+            loop {
+                let sent = send::send(conns, &planned, opts, want_meta).await;
+                merge(&mut total, sent.outcome);
+                let Some(meta) = sent.list_meta.filter(|_| total.is_success()) else {
+                    return Some(Sent {
+                        outcome: total,
+                        list_meta: None,
+                    });
+                };
+                if !meta.resource_version.is_empty() {
+                    *ctx.last_rv.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(meta.resource_version.clone());
+                }
+                if meta.continue_token.is_empty() || limit.is_none() {
+                    return Some(Sent {
+                        outcome: total,
+                        list_meta: Some(meta),
+                    });
+                }
+                planned.path = continue_path(&base_path, &meta.continue_token);
+            }
+        }
+        OpKind::Delete => {
+            let name = ctx.created.pop()?;
+            let planned = op.plan(i, None, Some(&name))?;
+            Some(send::send(conns, &planned, opts, false).await)
+        }
+        OpKind::Create => {
+            if ctx.creations.fetch_add(1, Ordering::Relaxed) >= ctx.config.max_objects {
+                return None;
+            }
+            let planned = op.plan(i, None, None)?;
+            let sent = send::send(conns, &planned, opts, false).await;
+            if sent.outcome.is_success() {
+                ctx.created.push(op.created_name(i));
+            }
+            Some(sent)
+        }
+        OpKind::Get | OpKind::Patch { .. } => {
+            let planned = op.plan(i, None, None)?;
+            Some(send::send(conns, &planned, opts, false).await)
+        }
+    }
+}
+
+/// The next page of a LIST: like client-go's pager, `continue` replaces
+/// `resourceVersion`/`resourceVersionMatch` (the apiserver refuses both together).
+fn continue_path(base: &str, token: &str) -> String {
+    let (path, query) = base.split_once('?').unwrap_or((base, ""));
+    let mut params: Vec<String> = query
+        .split('&')
+        .filter(|kv| {
+            !kv.is_empty()
+                && !kv.starts_with("resourceVersion=")
+                && !kv.starts_with("resourceVersionMatch=")
+        })
+        .map(str::to_string)
+        .collect();
+    params.push(format!("continue={}", crate::ops::encode(token)));
+    format!("{path}?{}", params.join("&"))
+}
+
+/// Adds one page's outcome to a paged request's total.
+fn merge(total: &mut Outcome, page: Outcome) {
+    total.first_try_429 |= page.first_try_429 && total.status.is_none();
+    total.status = page.status;
+    total.error = page.error;
+    total.bytes += page.bytes;
+    total.retries += page.retries;
+    total.server_class = page.server_class;
+    total.rejection = page.rejection;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continuation_drops_the_resource_version() {
+        assert_eq!(
+            continue_path("/api/v1/pods?labelSelector=a%3Db&resourceVersion=7&resourceVersionMatch=Exact&limit=2", "t/1"),
+            "/api/v1/pods?labelSelector=a%3Db&limit=2&continue=t%2F1"
+        );
+        assert_eq!(
+            continue_path("/api/v1/pods", "x"),
+            "/api/v1/pods?continue=x"
+        );
+    }
+}

@@ -1,0 +1,402 @@
+//! Lanes: every request is assigned one by identity, verb and pattern, and
+//! each lane has its own in-flight limit, so node heartbeats never wait
+//! behind LISTs.
+//!
+//! Assignment is pure ([`assign`]): the first matching rule names a lane;
+//! a request of the `system` or `workload` lane whose predicted cost passes
+//! the heavy threshold goes to `heavy` instead (a LIST storm from a
+//! controller is still a LIST storm). Identity conditions match only
+//! verified identities, except for rules of the `workload` and `heavy`
+//! lanes, where unverified service-account JWT claims may choose too.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::Notify;
+
+use super::settings::{LaneRule, Lanes};
+use crate::identity::Identity;
+
+/// A lane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Lane {
+    /// Never limited: `system:masters`, health probes.
+    Exempt,
+    /// Node heartbeats and leases, the control plane, kube-system.
+    System,
+    /// Everything else that is light.
+    #[default]
+    Workload,
+    /// Requests whose predicted cost passes the threshold: the quota pool.
+    Heavy,
+    /// tollgate's own requests (health checks, scrapes, cluster size).
+    #[serde(rename = "self")]
+    SelfLane,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 5] = [
+        Lane::Exempt,
+        Lane::System,
+        Lane::Workload,
+        Lane::Heavy,
+        Lane::SelfLane,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Exempt => "exempt",
+            Lane::System => "system",
+            Lane::Workload => "workload",
+            Lane::Heavy => "heavy",
+            Lane::SelfLane => "self",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Lane::Exempt => 0,
+            Lane::System => 1,
+            Lane::Workload => 2,
+            Lane::Heavy => 3,
+            Lane::SelfLane => 4,
+        }
+    }
+
+    /// The configured in-flight limit (`0`: none).
+    pub fn limit(self, lanes: &Lanes) -> usize {
+        let l = &lanes.max_inflight;
+        match self {
+            Lane::Exempt => l.exempt,
+            Lane::System => l.system,
+            Lane::Workload => l.workload,
+            Lane::Heavy => l.heavy,
+            Lane::SelfLane => l.self_,
+        }
+    }
+}
+
+/// What lane assignment looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    pub identity: &'a Identity,
+    /// `get`, `list`, `watch`, …
+    pub verb: &'a str,
+    /// Pattern resource (`pods`, `apps/deployments`); empty for non-resource.
+    pub resource: &'a str,
+    /// For non-resource requests: the path.
+    pub non_resource_path: Option<&'a str>,
+    /// LIST-like and predicted at or past the heavy threshold.
+    pub heavy: bool,
+}
+
+/// `pattern` with an optional trailing `*` matches `value`.
+pub fn glob(pattern: &str, value: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => value.starts_with(prefix),
+        None => pattern == value,
+    }
+}
+
+/// Does the identity match users/groups? `verified_only` refuses identities
+/// tollgate could not verify.
+pub fn identity_matches(
+    identity: &Identity,
+    users: &[String],
+    groups: &[String],
+    verified_only: bool,
+) -> bool {
+    if users.is_empty() && groups.is_empty() {
+        return true;
+    }
+    if verified_only && !identity.is_verified() {
+        return false;
+    }
+    let (user, member_of) = match identity {
+        Identity::Certificate { user, groups } => (Some(user.as_str()), groups.as_slice()),
+        Identity::Token { user, groups, .. } => (user.as_deref(), groups.as_slice()),
+        Identity::Anonymous => (None, &[][..]),
+    };
+    // A rule naming users and groups means "these users or these groups".
+    let user_ok = user.is_some_and(|u| users.iter().any(|p| glob(p, u)));
+    let group_ok = member_of.iter().any(|g| groups.iter().any(|p| p == g));
+    user_ok || group_ok
+}
+
+fn rule_matches(rule: &LaneRule, s: &Subject<'_>) -> bool {
+    let verified_only = matches!(rule.lane, Lane::Exempt | Lane::System);
+    if !identity_matches(s.identity, &rule.users, &rule.groups, verified_only) {
+        return false;
+    }
+    if !rule.verbs.is_empty() && !rule.verbs.iter().any(|v| v == s.verb) {
+        return false;
+    }
+    if !rule.resources.is_empty() && !rule.resources.iter().any(|r| r == s.resource) {
+        return false;
+    }
+    if !rule.non_resource_urls.is_empty() {
+        let Some(path) = s.non_resource_path else {
+            return false;
+        };
+        if !rule.non_resource_urls.iter().any(|p| glob(p, path)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The lane of a request. Pure.
+pub fn assign(lanes: &Lanes, s: &Subject<'_>) -> Lane {
+    let ruled = lanes
+        .rules
+        .iter()
+        .find(|r| rule_matches(r, s))
+        .map_or(Lane::Workload, |r| r.lane);
+    match ruled {
+        Lane::Exempt | Lane::Heavy | Lane::SelfLane => ruled,
+        Lane::System | Lane::Workload if s.heavy => Lane::Heavy,
+        other => other,
+    }
+}
+
+// === impl LaneSlots ===
+
+/// In-flight counters per lane. The limit is read from the running
+/// configuration at each admission, so a reload takes effect at once; a
+/// lowered limit lets running requests finish.
+#[derive(Debug, Default)]
+pub struct LaneSlots {
+    inflight: [AtomicUsize; 5],
+    freed: [Notify; 5],
+}
+
+/// One request's place in a lane; freed on drop.
+#[derive(Debug)]
+pub struct LaneSlot {
+    slots: Arc<LaneSlots>,
+    lane: Lane,
+}
+
+impl Drop for LaneSlot {
+    fn drop(&mut self) {
+        let i = self.lane.index();
+        self.slots.inflight[i].fetch_sub(1, Ordering::AcqRel);
+        self.slots.freed[i].notify_one();
+    }
+}
+
+impl LaneSlot {
+    pub fn lane(&self) -> Lane {
+        self.lane
+    }
+}
+
+/// How taking a slot went.
+#[derive(Debug)]
+pub enum SlotOutcome {
+    /// At once.
+    Now(LaneSlot),
+    /// After waiting.
+    Waited(LaneSlot),
+    /// The lane stayed full for the whole wait.
+    Full,
+}
+
+impl LaneSlots {
+    pub fn inflight(&self, lane: Lane) -> usize {
+        self.inflight[lane.index()].load(Ordering::Acquire)
+    }
+
+    /// Take a slot if one is free under `limit` (0: no limit).
+    pub fn try_take(self: &Arc<Self>, lane: Lane, limit: usize) -> Option<LaneSlot> {
+        let counter = &self.inflight[lane.index()];
+        let mut n = counter.load(Ordering::Acquire);
+        loop {
+            if limit != 0 && n >= limit {
+                return None;
+            }
+            match counter.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    return Some(LaneSlot {
+                        slots: self.clone(),
+                        lane,
+                    })
+                }
+                Err(actual) => n = actual,
+            }
+        }
+    }
+
+    /// Take a slot even past the limit (dry run: count, never wait).
+    pub fn force_take(self: &Arc<Self>, lane: Lane) -> LaneSlot {
+        self.inflight[lane.index()].fetch_add(1, Ordering::AcqRel);
+        LaneSlot {
+            slots: self.clone(),
+            lane,
+        }
+    }
+
+    /// Take a slot, waiting up to `wait` for one to be freed.
+    pub async fn take(self: &Arc<Self>, lane: Lane, limit: usize, wait: Duration) -> SlotOutcome {
+        if let Some(s) = self.try_take(lane, limit) {
+            return SlotOutcome::Now(s);
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let freed = self.freed[lane.index()].notified();
+            tokio::pin!(freed);
+            // Registered before the re-check, so a release in between is not missed.
+            freed.as_mut().enable();
+            if let Some(s) = self.try_take(lane, limit) {
+                return SlotOutcome::Waited(s);
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return SlotOutcome::Full;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enforce::settings::default_rules;
+
+    fn cert(user: &str, groups: &[&str]) -> Identity {
+        Identity::Certificate {
+            user: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    fn subject<'a>(identity: &'a Identity, verb: &'a str, heavy: bool) -> Subject<'a> {
+        Subject {
+            identity,
+            verb,
+            resource: "pods",
+            non_resource_path: None,
+            heavy,
+        }
+    }
+
+    #[test]
+    fn default_rules_by_identity_verb_and_cost() {
+        let lanes = Lanes::default();
+        let node = cert("system:node:n1", &["system:nodes"]);
+        assert_eq!(
+            assign(&lanes, &subject(&node, "patch", false)),
+            Lane::System
+        );
+        assert_eq!(
+            assign(&lanes, &subject(&node, "list", true)),
+            Lane::Heavy,
+            "a heavy LIST is heavy whoever sends it"
+        );
+        let admin = cert("admin", &["system:masters"]);
+        assert_eq!(assign(&lanes, &subject(&admin, "list", true)), Lane::Exempt);
+        let user = cert("alice", &["dev"]);
+        assert_eq!(
+            assign(&lanes, &subject(&user, "get", false)),
+            Lane::Workload
+        );
+        assert_eq!(assign(&lanes, &subject(&user, "list", true)), Lane::Heavy);
+        let probe = Identity::Anonymous;
+        let s = Subject {
+            identity: &probe,
+            verb: "get",
+            resource: "/healthz",
+            non_resource_path: Some("/healthz"),
+            heavy: false,
+        };
+        assert_eq!(assign(&lanes, &s), Lane::Exempt);
+    }
+
+    #[test]
+    fn unverified_claims_never_reach_exempt_or_system() {
+        let lanes = Lanes::default();
+        let claimed = Identity::Token {
+            hash: "h".into(),
+            user: Some("system:serviceaccount:kube-system:x".into()),
+            groups: vec!["system:masters".into()],
+            verified: false,
+        };
+        assert_eq!(
+            assign(&lanes, &subject(&claimed, "get", false)),
+            Lane::Workload
+        );
+        let reviewed = Identity::Token {
+            hash: "h".into(),
+            user: Some("system:serviceaccount:kube-system:x".into()),
+            groups: vec!["system:masters".into()],
+            verified: true,
+        };
+        assert_eq!(
+            assign(&lanes, &subject(&reviewed, "get", false)),
+            Lane::Exempt
+        );
+        // A workload/heavy rule may choose by the unverified claim.
+        let mut custom = Lanes {
+            rules: default_rules(),
+            ..Lanes::default()
+        };
+        custom.rules.insert(
+            0,
+            LaneRule {
+                lane: Lane::Heavy,
+                users: vec!["system:serviceaccount:kube-system:x".into()],
+                ..LaneRule::default()
+            },
+        );
+        assert_eq!(
+            assign(&custom, &subject(&claimed, "get", false)),
+            Lane::Heavy
+        );
+    }
+
+    #[test]
+    fn rules_by_verb_resource_and_glob() {
+        let lanes = Lanes {
+            rules: vec![LaneRule {
+                lane: Lane::System,
+                users: vec!["ops-*".into()],
+                verbs: vec!["patch".into()],
+                resources: vec!["coordination.k8s.io/leases".into()],
+                ..LaneRule::default()
+            }],
+            ..Lanes::default()
+        };
+        let ops = cert("ops-1", &[]);
+        let mut s = subject(&ops, "patch", false);
+        s.resource = "coordination.k8s.io/leases";
+        assert_eq!(assign(&lanes, &s), Lane::System);
+        s.verb = "get";
+        assert_eq!(assign(&lanes, &s), Lane::Workload);
+        assert!(glob("a*", "abc") && glob("abc", "abc") && !glob("abc", "ab"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slots_wait_for_a_release_then_give_up() {
+        let slots = Arc::new(LaneSlots::default());
+        let a = slots.try_take(Lane::System, 1).expect("free");
+        assert!(slots.try_take(Lane::System, 1).is_none());
+        assert!(slots.try_take(Lane::System, 0).is_some(), "0 is unlimited");
+        let s2 = slots.clone();
+        let waiter =
+            tokio::spawn(async move { s2.take(Lane::System, 1, Duration::from_secs(5)).await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(a);
+        assert!(matches!(
+            waiter.await.expect("joins"),
+            SlotOutcome::Waited(_)
+        ));
+        let _held = slots.try_take(Lane::Heavy, 1).expect("free");
+        assert!(matches!(
+            slots.take(Lane::Heavy, 1, Duration::from_secs(1)).await,
+            SlotOutcome::Full
+        ));
+        assert_eq!(slots.inflight(Lane::Heavy), 1);
+    }
+}

@@ -1,0 +1,151 @@
+//! `tollgate-bench capacity` end to end: a small execution against the simulated apiserver,
+//! run by the real binaries, with an SLO whose verdict depends on the load alone (LISTs
+//! served per minute ≤ 200), so the capacity is known in advance whatever the machine's
+//! speed: 2 LIST/s passes, 8/s fails. Then the same execution killed after its first
+//! experiment and rerun: the rerun replays what was stored and runs only what is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tests::fresh_workspace_binary;
+
+const EXECUTION: &str = r#"
+name: lists-per-minute
+sut:
+  sim: {args: [--pods, "{resource}"]}
+loadgen:
+  args: [--lists, "{load}/s", --list-resource, pods, -A]
+duration: 4s
+load: {name: LIST calls/s, values: [1, 2, 8]}
+resource: {name: pods, values: [10, 20]}
+slos:
+  - {name: LISTs served per minute, operation: list, measure: okPerMinute, max: 200}
+  - {operation: list, measure: serverErrorRate, max: 0}
+search: {metric: capacity, strategy: binary, lowerBound: true}
+"#;
+
+fn command(dir: &Path) -> Command {
+    let mut c = Command::new(fresh_workspace_binary(
+        "tollgate-bench",
+        &["bench", "apimodel"],
+    ));
+    c.arg("capacity")
+        .arg(dir.join("exec.yaml"))
+        .arg("--output")
+        .arg(dir.join("out"))
+        .env(
+            "LOADGEN_BIN",
+            fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
+        )
+        .env(
+            "TOLLGATE_BIN",
+            fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
+        )
+        .stdin(Stdio::null());
+    c
+}
+
+fn capacity_json(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("out/capacity.json")).expect("capacity.json");
+    serde_json::from_str(&text).expect("capacity.json is JSON")
+}
+
+fn records(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("out/results.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn cells(records: &[serde_json::Value]) -> Vec<(u64, u64)> {
+    records
+        .iter()
+        .map(|r| {
+            (
+                r["loadIndex"].as_u64().expect("loadIndex"),
+                r["resourceIndex"].as_u64().expect("resourceIndex"),
+            )
+        })
+        .collect()
+}
+
+fn setup() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().to_owned();
+    std::fs::write(dir.join("exec.yaml"), EXECUTION).expect("writing exec.yaml");
+    (tmp, dir)
+}
+
+#[test]
+fn capacity_is_the_highest_load_within_the_slos() {
+    let (_tmp, dir) = setup();
+    let out = command(&dir).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let c = capacity_json(&dir);
+    let values: Vec<f64> = c["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_f64().unwrap_or(-1.0))
+        .collect();
+    assert_eq!(values, vec![2.0, 2.0], "{c:#}\n{stderr}");
+    // Binary search with the lower bound skips cells: not the whole 3 × 2 grid.
+    let ran = cells(&records(&dir));
+    assert!(ran.len() < 6, "{ran:?}");
+    let summary = std::fs::read_to_string(dir.join("out/summary.md")).unwrap();
+    assert!(summary.contains("| 10 | 2 |"), "{summary}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Capacity: lists-per-minute"));
+}
+
+#[test]
+fn a_killed_run_resumes_without_repeating_an_experiment() {
+    let (_tmp, dir) = setup();
+    let mut child = command(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while records(&dir).is_empty() {
+        assert!(Instant::now() < deadline, "no experiment finished in 120 s");
+        assert!(child.try_wait().unwrap().is_none(), "capacity exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Ctrl-C or SIGTERM is how a user stops it; the experiment in progress is abandoned.
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(!child.wait().unwrap().success());
+    let before = cells(&records(&dir));
+    assert!(!before.is_empty());
+
+    let out = command(&dir).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("replaying"), "{stderr}");
+    let after = cells(&records(&dir));
+    let mut unique = after.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        after.len(),
+        "an experiment ran twice: {after:?}"
+    );
+    assert_eq!(&after[..before.len()], &before[..]);
+    let c = capacity_json(&dir);
+    assert_eq!(c["experimentsReplayed"].as_u64(), Some(before.len() as u64));
+    let values: Vec<f64> = c["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_f64().unwrap_or(-1.0))
+        .collect();
+    assert_eq!(values, vec![2.0, 2.0]);
+}

@@ -1,0 +1,342 @@
+//! `tollgate-bench demo --quick` end to end (what CI runs), and the capacity search over cluster
+//! sizes with its sizing report. The demo: the three runs on the modeled
+//! simulated control plane with the real binaries, then
+//! - `summary.json` holds the three runs, each with loadgen's summary for that run, and the
+//!   headline;
+//! - the ordering holds with loose bounds: the baseline's heartbeat PATCH p99 is the best, and
+//!   the protected run is better than the unprotected one (lower p99, or the unprotected
+//!   apiserver crashed and the protected one did not);
+//! - `report.html` fetches nothing (no http(s) URL in any src or href) and, opened in headless
+//!   Chromium, shows its charts (SVG paths and data points) and the headline numbers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tests::fresh_workspace_binary;
+
+/// The quick demo is ~1 minute of load; starting three control planes of 10,000 pods on a busy
+/// 2-core machine adds to it.
+const DEMO_TIMEOUT: Duration = Duration::from_secs(420);
+
+fn run_quick_demo(out: &Path) -> (String, String) {
+    let mut child = Command::new(fresh_workspace_binary(
+        "tollgate-bench",
+        &["bench", "apimodel"],
+    ))
+    .args(["demo", "--quick", "--output"])
+    .arg(out)
+    .env(
+        "LOADGEN_BIN",
+        fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
+    )
+    .env(
+        "TOLLGATE_BIN",
+        fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("starting tollgate-bench demo");
+    // Read the pipes on threads so a chatty child never blocks; poll for the exit.
+    let read = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let stdout = read(child.stdout.take().map(|s| Box::new(s) as _));
+    let stderr = read(child.stderr.take().map(|s| Box::new(s) as _));
+    let deadline = Instant::now() + DEMO_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for the demo") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the quick demo ran longer than {DEMO_TIMEOUT:?}:\n{}",
+                stderr.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (stdout, stderr) = (
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default(),
+    );
+    assert!(status.success(), "demo failed ({status}):\n{stderr}");
+    (stdout, stderr)
+}
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// Chromium from Debian (`chromium`), or another name it goes by.
+fn chromium() -> PathBuf {
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        if let Ok(out) = Command::new("sh")
+            .args(["-c", &format!("command -v {name}")])
+            .output()
+        {
+            let p = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            if out.status.success() && !p.is_empty() {
+                return PathBuf::from(p);
+            }
+        }
+    }
+    panic!(
+        "headless Chromium is needed to check the report renders: install Debian's `chromium` \
+         (scripts/deps.sh --tests does)"
+    );
+}
+
+/// The DOM after Chromium loaded and laid out the page, with the network off.
+fn dump_dom(page: &Path) -> String {
+    let profile = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            // Nothing may be fetched: any request would go to this dead proxy and fail.
+            "--proxy-server=127.0.0.1:9",
+            "--virtual-time-budget=2000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting chromium");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if child.try_wait().expect("waiting for chromium").is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    reader.join().unwrap_or_default()
+}
+
+/// Every src/href attribute value of the page.
+fn links(html: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let lower = html.to_ascii_lowercase();
+    for attr in ["src=", "href=", "xlink:href="] {
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(attr) {
+            let start = from + i + attr.len();
+            let rest = &html[start..];
+            let value = match rest.chars().next() {
+                Some(q @ ('"' | '\'')) => rest[1..].split(q).next().unwrap_or(""),
+                _ => rest.split([' ', '>']).next().unwrap_or(""),
+            };
+            out.push(value.to_owned());
+            from = start;
+        }
+    }
+    out
+}
+
+#[test]
+fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = tmp.path().join("report");
+    let t0 = Instant::now();
+    let (stdout, stderr) = run_quick_demo(&out);
+    let took = t0.elapsed();
+    let page = out.join("report.html");
+    assert!(
+        stdout.contains(&page.display().to_string()),
+        "the demo did not say where the report is:\n{stdout}"
+    );
+    assert!(stderr.contains("[3/3]"), "no progress shown:\n{stderr}");
+
+    // summary.json: three runs, each with loadgen's summary, and the headline.
+    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
+    let s: serde_json::Value = serde_json::from_str(&text).expect("summary.json is JSON");
+    assert_eq!(s["schema"], "tollgate.demo/v1");
+    let runs = s["runs"].as_array().expect("runs");
+    let names: Vec<&str> = runs.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["baseline", "unprotected", "protected"]);
+    for r in runs {
+        assert_eq!(r["loadgen"]["schema"], "loadgen.summary/v1", "{r:#}");
+        let ops: Vec<&str> = r["loadgen"]["operations"]
+            .as_array()
+            .expect("operations")
+            .iter()
+            .filter_map(|o| o["name"].as_str())
+            .collect();
+        assert!(ops.contains(&"patch"), "{ops:?}");
+        assert_eq!(ops.contains(&"list"), r["name"] != "baseline", "{ops:?}");
+    }
+    let h = |run: &str| -> &serde_json::Value {
+        s["headline"]
+            .as_array()
+            .expect("headline")
+            .iter()
+            .find(|h| h["run"] == run)
+            .expect("a headline per run")
+    };
+    let (base, unprot, prot) = (h("baseline"), h("unprotected"), h("protected"));
+    let p99 = |h: &serde_json::Value| f(&h["patchP99Ms"]);
+    let crashes = |h: &serde_json::Value| h["simCrashes"].as_u64().unwrap_or(0);
+    let report = format!(
+        "PATCH p99 ms: baseline {}, unprotected {} ({} crashes, {} errors), protected {} \
+         ({} LISTs/min, {} 429s); demo took {took:?}",
+        p99(base),
+        p99(unprot),
+        crashes(unprot),
+        unprot["errors"],
+        p99(prot),
+        prot["listsServedPerMinute"],
+        prot["rejected429"]
+    );
+    eprintln!("{report}");
+    // Loose bounds: a shared CI machine is noisy; the ordering is what must hold.
+    assert!(p99(base) > 0.0, "{report}");
+    assert!(
+        p99(base) <= p99(unprot) && p99(base) <= 1.5 * p99(prot) + 10.0,
+        "the baseline is not the best: {report}"
+    );
+    assert_eq!(
+        crashes(prot),
+        0,
+        "tollgate did not prevent a crash: {report}"
+    );
+    assert!(
+        crashes(unprot) > 0 || p99(unprot) >= 2.0 * p99(prot),
+        "the protected run is not better than the unprotected one: {report}"
+    );
+    assert!(
+        f(&prot["listsServedPerMinute"]) > 0.0,
+        "tollgate served no LIST at all: {report}"
+    );
+
+    // The page: nothing external, then what a browser shows.
+    let html = std::fs::read_to_string(&page).expect("report.html");
+    let external: Vec<String> = links(&html)
+        .into_iter()
+        .filter(|l| l.to_ascii_lowercase().contains("http"))
+        .collect();
+    assert!(external.is_empty(), "external resources: {external:?}");
+    assert!(out.join("summary.md").exists());
+
+    let dom = dump_dom(&page);
+    let svgs = dom.matches("<svg").count();
+    let paths = dom.matches("<path class=\"series\"").count();
+    let points = dom.matches("<circle class=\"point\"").count();
+    assert!(
+        svgs >= 6 && paths >= 6 && points >= 50,
+        "charts missing from the rendered page: {svgs} svg, {paths} lines, {points} points"
+    );
+    // The headline numbers, as the page formats them.
+    for hl in [base, unprot, prot] {
+        let title = hl["title"].as_str().expect("title");
+        assert!(dom.contains(title), "{title} missing from the page");
+        let shown = bench::report::fmt(p99(hl));
+        assert!(
+            dom.contains(&format!("<td>{shown}</td>")),
+            "PATCH p99 {shown} of {title} missing from the page"
+        );
+    }
+}
+
+/// The capacity search over two cluster sizes (the sim seeded with 10 and 20 nodes), with an
+/// SLO whose verdict depends on the load alone (as in `capacity.rs`): each size sustains 2
+/// LIST/s with the least in-flight limit tried, so the fit is flat at 100, and the report
+/// shows both sizes' grids and the recommendation, self-contained.
+#[test]
+fn capacity_over_cluster_sizes_writes_the_sizing_report() {
+    const EXECUTION: &str = r#"
+name: sized
+sut:
+  sim: {args: [--pods, "20", --max-requests-inflight, "{resource}"]}
+loadgen:
+  args: [--lists, "{load}/s", --list-resource, pods, -A]
+duration: 4s
+load: {name: LIST calls/s, values: [1, 2, 8]}
+resource: {name: in-flight, values: [100, 200]}
+slos:
+  - {name: LISTs served per minute, operation: list, measure: okPerMinute, max: 200}
+search: {metric: capacity, strategy: binary, lowerBound: true}
+clusterSize:
+  unit: nodes
+  targetLoad: 2
+  sizes:
+    - {size: 10, simArgs: [--nodes, "10"]}
+    - {size: 20, simArgs: [--nodes, "20"]}
+"#;
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    std::fs::write(dir.join("exec.yaml"), EXECUTION).expect("writing exec.yaml");
+    let out = Command::new(fresh_workspace_binary(
+        "tollgate-bench",
+        &["bench", "apimodel"],
+    ))
+    .arg("capacity")
+    .arg(dir.join("exec.yaml"))
+    .arg("--output")
+    .arg(dir.join("out"))
+    .env(
+        "LOADGEN_BIN",
+        fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
+    )
+    .env(
+        "TOLLGATE_BIN",
+        fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("running capacity");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(dir.join("out/sizing.json")).expect("sizing.json");
+    let s: serde_json::Value = serde_json::from_str(&text).expect("sizing.json is JSON");
+    let needed: Vec<f64> = s["sizes"]
+        .as_array()
+        .expect("sizes")
+        .iter()
+        .map(|z| f(&z["needed"]))
+        .collect();
+    assert_eq!(needed, [100.0, 100.0], "{s:#}\n{stderr}");
+    assert_eq!(f(&s["fit"]["intercept"]), 100.0, "{s:#}");
+    assert_eq!(f(&s["fit"]["slope"]), 0.0, "{s:#}");
+    for size in ["10", "20"] {
+        let sub = dir.join("out/sizes").join(size);
+        assert!(sub.join("capacity.json").exists() && sub.join("report.html").exists());
+    }
+    let html = std::fs::read_to_string(dir.join("out/report.html")).expect("report.html");
+    let external: Vec<String> = links(&html)
+        .into_iter()
+        .filter(|l| l.to_ascii_lowercase().contains("http"))
+        .collect();
+    assert!(external.is_empty(), "external resources: {external:?}");
+    assert_eq!(
+        html.matches("class=\"verdict\"").count(),
+        12,
+        "two 3×2 grids"
+    );
+    assert!(html.contains("Linear fit"), "no recommendation in the page");
+}

@@ -1,0 +1,177 @@
+//! The table of differential cases, in the order they run: later cases read what earlier
+//! ones wrote (`${var}` placeholders are filled from each server's own captures). A case is a
+//! request and, when the servers differ, why (`differs`: deliberate; `sim_bug…`: a known bug
+//! of the sim, listed in tests/CONFORMANCE.md).
+
+use super::{Case, Shape};
+
+const JSON: &str = "application/json";
+const MERGE: &str = "application/merge-patch+json";
+const JSON_PATCH: &str = "application/json-patch+json";
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
+
+const CM: &str = "/api/v1/namespaces/conf/configmaps";
+
+fn case(name: &'static str, area: &'static str, method: &'static str, path: &'static str) -> Case {
+    Case {
+        name,
+        area,
+        method,
+        path,
+        body: None,
+        shape: Shape::Json,
+        ignore: &[],
+        difference: None,
+        sim_bug: false,
+        codes_only: false,
+        uncompared: false,
+        unordered: false,
+        capture: &[],
+        times: 1,
+        until_code: None,
+    }
+}
+
+fn get(name: &'static str, area: &'static str, path: &'static str) -> Case {
+    case(name, area, "GET", path)
+}
+
+const NODE_DEFAULTS: &str = "kube-apiserver defaults a created Node (`spec.taints` not-ready:NoSchedule from the TaintNodesByCondition admission plugin; zero-valued `status.daemonEndpoints` and `status.nodeInfo`); the sim stores it as sent";
+
+/// The table. Order matters: later cases read what earlier ones wrote.
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        // --- create ---
+        case("create namespace", "create", "POST", "/api/v1/namespaces")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"conf"}}"#),
+        get("list empty namespace", "list", CM).capture(&[("rv_start", "/metadata/resourceVersion")]),
+        case("create configmap", "create", "POST", CM)
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"app":"web","tier":"front"}},"data":{"k":"v"}}"#)
+            .capture(&[("rv_a", "/metadata/resourceVersion"), ("uid_a", "/metadata/uid")]),
+        case("create configmap b", "create", "POST", CM)
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","labels":{"app":"web","tier":"back"}},"data":{"k":"v"}}"#)
+            .capture(&[("rv_b", "/metadata/resourceVersion")]),
+        case("create configmap c", "create", "POST", CM)
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","labels":{"app":"db"}},"data":{"k":"v"}}"#),
+        case("create configmap without labels", "create", "POST", CM)
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"d"},"data":{"k":"v"}}"#)
+            .capture(&[("rv_d", "/metadata/resourceVersion")]),
+        case("create existing name: 409 AlreadyExists", "errors", "POST", CM)
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#),
+        case("create invalid name: 422 Invalid", "errors", "POST", CM)
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Bad_Name"}}"#),
+        case("create with other namespace in body: 400", "errors", "POST", CM)
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"other"}}"#),
+        case("create in missing namespace: 404", "errors", "POST", "/api/v1/namespaces/nope/configmaps")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#),
+        case("create malformed JSON: 400", "errors", "POST", CM)
+            .body(JSON, "{")
+            .differs(&["/message"], "the message quotes the JSON decoder's own error text (Go's vs serde_json's)"),
+        case("create node", "create", "POST", "/api/v1/nodes")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","labels":{"zone":"a"}}}"#)
+            .sim_bug(&["/spec", "/status"], NODE_DEFAULTS),
+        case("create lease", "create", "POST", "/apis/coordination.k8s.io/v1/namespaces/conf/leases")
+            .body(JSON, r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l1"},"spec":{"holderIdentity":"h","leaseDurationSeconds":40}}"#),
+        // --- get ---
+        get("get configmap", "get", "/api/v1/namespaces/conf/configmaps/a"),
+        get("get missing: 404 NotFound", "errors", "/api/v1/namespaces/conf/configmaps/nope"),
+        get("get in missing namespace: 404", "errors", "/api/v1/namespaces/nope/configmaps/a"),
+        get("get resourceVersion=0", "resource versions", "/api/v1/namespaces/conf/configmaps/a?resourceVersion=0"),
+        get("get namespace", "get", "/api/v1/namespaces/conf"),
+        get("get node", "get", "/api/v1/nodes/n1").sim_bug(&["/spec", "/status"], NODE_DEFAULTS),
+        get("get lease", "get", "/apis/coordination.k8s.io/v1/namespaces/conf/leases/l1"),
+        // --- list ---
+        get("list configmaps", "list", CM),
+        get("list across namespaces with label selector", "selectors", "/api/v1/configmaps?labelSelector=app"),
+        get("list resourceVersion=0", "resource versions", "/api/v1/namespaces/conf/configmaps?resourceVersion=0").unordered(),
+        get("list NotOlderThan", "resource versions", "/api/v1/namespaces/conf/configmaps?resourceVersion=${rv_d}&resourceVersionMatch=NotOlderThan").unordered(),
+        get("list Exact at an older revision", "resource versions", "/api/v1/namespaces/conf/configmaps?resourceVersion=${rv_b}&resourceVersionMatch=Exact"),
+        get("list resourceVersionMatch without resourceVersion", "errors", "/api/v1/namespaces/conf/configmaps?resourceVersionMatch=Exact"),
+        get("list nodes with label selector", "selectors", "/api/v1/nodes?labelSelector=zone%3Da")
+            .sim_bug(&["/items/0/spec", "/items/0/status"], NODE_DEFAULTS),
+        // --- selectors ---
+        get("label =", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=app%3Dweb"),
+        get("label !=", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=app!%3Dweb"),
+        get("label in", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=app%20in%20(web,db)"),
+        get("label notin", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=app%20notin%20(web)"),
+        get("label exists", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=tier"),
+        get("label does not exist", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=!app"),
+        get("label conjunction", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=app%3Dweb,tier%3Dback"),
+        get("field metadata.name =", "selectors", "/api/v1/namespaces/conf/configmaps?fieldSelector=metadata.name%3Db"),
+        get("field metadata.name !=", "selectors", "/api/v1/namespaces/conf/configmaps?fieldSelector=metadata.name!%3Db"),
+        get("field metadata.namespace across namespaces", "selectors", "/api/v1/configmaps?fieldSelector=metadata.namespace%3Dconf"),
+        get("invalid label selector: 400", "errors", "/api/v1/namespaces/conf/configmaps?labelSelector=app%20in%20(")
+            .differs(&["/message"], "the selector parser's error text (apimodel's, shared with tollgate) is worded differently; reason and code agree"),
+        get("unsupported field selector: 400", "errors", "/api/v1/namespaces/conf/configmaps?fieldSelector=data.k%3Dv"),
+        // --- paging ---
+        get("first page: continue and remainingItemCount", "paging", "/api/v1/namespaces/conf/configmaps?limit=2")
+            .capture(&[("continue", "/metadata/continue")]),
+        get("last page", "paging", "/api/v1/namespaces/conf/configmaps?limit=2&continue=${continue}"),
+        get("invalid continue token: 400", "errors", "/api/v1/namespaces/conf/configmaps?limit=2&continue=garbage")
+            .differs(&["/message"], "the message quotes the base64/JSON decoder's own error text"),
+        get("limit with label selector", "paging", "/api/v1/namespaces/conf/configmaps?limit=1&labelSelector=app%3Dweb"),
+        get("limit with resourceVersion=0 is ignored", "paging", "/api/v1/namespaces/conf/configmaps?limit=2&resourceVersion=0").unordered(),
+        // --- update ---
+        case("update with current resourceVersion", "update", "PUT", "/api/v1/namespaces/conf/configmaps/a")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"${rv_a}","labels":{"app":"web","tier":"front"}},"data":{"k":"v2"}}"#),
+        case("update with stale resourceVersion: 409 Conflict", "errors", "PUT", "/api/v1/namespaces/conf/configmaps/a")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"${rv_a}"},"data":{"k":"v3"}}"#),
+        case("update with name mismatch: 400", "errors", "PUT", "/api/v1/namespaces/conf/configmaps/a")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"zz"},"data":{"k":"v3"}}"#),
+        case("update missing object: 404", "errors", "PUT", "/api/v1/namespaces/conf/configmaps/nope")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"nope"},"data":{"k":"v"}}"#),
+        case("update without resourceVersion", "update", "PUT", "/api/v1/namespaces/conf/configmaps/b")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","labels":{"app":"web","tier":"back"}},"data":{"k":"v2"}}"#),
+        // --- patch ---
+        case("merge patch", "patch", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
+            .body(MERGE, r#"{"metadata":{"labels":{"tier":null,"patched":"merge"}},"data":{"m":"1"}}"#),
+        case("JSON patch", "patch", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
+            .body(JSON_PATCH, r#"[{"op":"add","path":"/data/j","value":"2"},{"op":"remove","path":"/data/m"}]"#),
+        case("strategic merge patch", "patch", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
+            .body(STRATEGIC, r#"{"metadata":{"labels":{"patched":"strategic"}},"data":{"s":"3"}}"#),
+        case("JSON patch failing test op", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
+            .body(JSON_PATCH, r#"[{"op":"test","path":"/data/k","value":"nope"}]"#),
+        case("patch with unsupported content type: 415", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
+            .body(JSON, r#"{"data":{"x":"1"}}"#)
+            .sim_bug(&["/message", "/details"], "1.20 says `415: Unsupported Media Type` with empty details; the sim lists the accepted patch types (api.rs)"),
+        case("patch missing object: 404", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/nope")
+            .body(MERGE, r#"{"data":{"x":"1"}}"#),
+        case("merge patch with stale resourceVersion: 409", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
+            .body(MERGE, r#"{"metadata":{"resourceVersion":"${rv_a}"},"data":{"x":"1"}}"#),
+        // --- delete ---
+        case("delete with wrong uid precondition: 409", "errors", "DELETE", "/api/v1/namespaces/conf/configmaps/d")
+            .body(JSON, r#"{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}}"#),
+        case("delete configmap", "delete", "DELETE", "/api/v1/namespaces/conf/configmaps/d")
+            .sim_bug_codes_only("kube-apiserver answers a `Status` `Success` with `details` {name, kind, uid} for resources without graceful deletion (all here but pods and namespaces); the sim returns the deleted object (api.rs)"),
+        case("delete missing: 404", "errors", "DELETE", "/api/v1/namespaces/conf/configmaps/d"),
+        case("deletecollection with label selector", "delete", "DELETE", "/api/v1/namespaces/conf/configmaps?labelSelector=app%3Ddb")
+            .sim_bug(&["/items/0/kind", "/items/0/apiVersion"], "the deleted items keep `kind`/`apiVersion`, which typed list items do not have (api.rs builds this list itself)"),
+        get("list after deletes", "list", CM),
+        // --- watch ---
+        get("watch from a resourceVersion: every change in order", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=${rv_start}&timeoutSeconds=1").watch(),
+        get("watch with label selector: leaving objects are DELETED", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=${rv_start}&labelSelector=tier&timeoutSeconds=1")
+            .watch()
+            .sim_bug_codes_only("replaying history from a resourceVersion, the sim omits the DELETED event kube-apiserver sends when an object stops matching the selector (a merge patch removed `tier` from `a`) (watch.rs)"),
+        get("watch with field selector", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=${rv_start}&fieldSelector=metadata.name%3Db&timeoutSeconds=1").watch(),
+        get("watch resourceVersion=0: current state first", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1")
+            .watch()
+            .unordered(),
+        // --- errors ---
+        get("unknown resource: 404", "errors", "/api/v1/namespaces/conf/widgets")
+            .sim_bug(&["/message", "/details"], "kube-apiserver says `the server could not find the requested resource` with empty details; the sim appends the path and has no details (apimodel `Status::path_not_found`, api.rs)"),
+        get("unknown API group: 404", "errors", "/apis/widgets.example.com/v1/widgets")
+            .sim_bug_codes_only("kube-apiserver's mux answers plain text `404 page not found` for an unknown group; the sim a JSON `Status` (api.rs)"),
+        case("POST to a named object: 405", "errors", "POST", "/api/v1/namespaces/conf/configmaps/a")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#)
+            .sim_bug_uncompared("kube-apiserver: 405 MethodNotAllowed; the sim treats it as a create in the collection (409 AlreadyExists here) (api.rs routing)"),
+        // --- history: the sim keeps --history-window revisions, kube-apiserver compacts etcd
+        //     every --etcd-compaction-interval; both forget rv_start after these writes ---
+        case("60 merge patches in a row", "patch", "PATCH", "/api/v1/namespaces/conf/configmaps/b")
+            .body(MERGE, r#"{"data":{"round":"${i}"}}"#)
+            .times(60),
+        get("list Exact at a compacted revision: 410 Expired", "resource versions", "/api/v1/namespaces/conf/configmaps?resourceVersion=${rv_start}&resourceVersionMatch=Exact")
+            .until_code(410),
+        get("continue token at a compacted revision: 410 Expired", "paging", "/api/v1/namespaces/conf/configmaps?limit=2&continue=${continue}")
+            .until_code(410),
+    ]
+}
