@@ -1,0 +1,424 @@
+//! The demo's `summary.json` (schema `tollgate.demo/v1`) and its report: the three runs side
+//! by side (baseline heartbeats, LIST storm without tollgate, LIST storm through tollgate),
+//! each holding loadgen's summary for that run, and the headline figures.
+//!
+//! Layout of a demo directory:
+//! - `summary.json`, `summary.md`, `report.html`;
+//! - `runs/<run>/loadgen/` (loadgen's output), `runs/<run>/memory.csv` (the modeled
+//!   apiserver's memory, sampled each second), `runs/<run>/quota.csv` (tollgate's quota pool
+//!   level, through-tollgate runs only), and the programs' logs.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::loadgen::{read_samples, LoadgenRun};
+use super::svg::{Chart, Series};
+use super::{fmt, Block, Document, ReportError, Table};
+
+pub const SCHEMA: &str = "tollgate.demo/v1";
+
+/// The demo's `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DemoSummary {
+    pub schema: String,
+    pub quick: bool,
+    pub setup: Setup,
+    pub runs: Vec<RunSummary>,
+    pub headline: Vec<Headline>,
+}
+
+/// What every run shared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Setup {
+    pub nodes: u64,
+    pub pods: u64,
+    pub heartbeat_nodes: u64,
+    pub patches_per_second: f64,
+    pub lists_per_minute: f64,
+    pub duration_seconds: f64,
+    pub quota_bytes_per_second: u64,
+    pub quota_burst_bytes: u64,
+    pub sim_args: Vec<String>,
+    pub tollgate_args: Vec<String>,
+    pub loadgen_args: Vec<String>,
+}
+
+/// One run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    /// `baseline`, `unprotected`, `protected`.
+    pub name: String,
+    pub title: String,
+    pub through_tollgate: bool,
+    pub list_storm: bool,
+    /// The run's directory, relative to the demo's.
+    pub dir: String,
+    /// Modeled OOM kills of the simulated apiserver during the run.
+    pub sim_restarts: u64,
+    /// loadgen's `summary.json` for this run, as it wrote it.
+    pub loadgen: serde_json::Value,
+}
+
+/// The figures a reader compares first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Headline {
+    pub run: String,
+    pub title: String,
+    pub patch_p50_ms: Option<f64>,
+    pub patch_p99_ms: Option<f64>,
+    pub list_p99_ms: Option<f64>,
+    pub lists_served_per_minute: f64,
+    pub rejected_429: u64,
+    pub errors: u64,
+    pub sim_crashes: u64,
+}
+
+impl Headline {
+    pub fn of(run: &RunSummary, lg: &LoadgenRun) -> Headline {
+        let ops: Vec<String> = lg.summary["operations"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|o| o["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Headline {
+            run: run.name.clone(),
+            title: run.title.clone(),
+            patch_p50_ms: lg.latency_ms("patch", "p50"),
+            patch_p99_ms: lg.latency_ms("patch", "p99"),
+            list_p99_ms: lg.latency_ms("list", "p99"),
+            lists_served_per_minute: lg.ok_per_minute("list"),
+            rejected_429: ops.iter().map(|o| lg.status_count(o, "429")).sum(),
+            errors: ops.iter().map(|o| lg.errors(o)).sum(),
+            sim_crashes: run.sim_restarts,
+        }
+    }
+}
+
+pub fn is_demo(dir: &Path) -> bool {
+    read_summary(dir).is_ok()
+}
+
+pub fn read_summary(dir: &Path) -> Result<DemoSummary, ReportError> {
+    let path = dir.join("summary.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| ReportError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let s: DemoSummary = serde_json::from_str(&text).map_err(|e| ReportError::Format {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    if s.schema != SCHEMA {
+        return Err(ReportError::Format {
+            path,
+            message: format!("schema {:?}, not {SCHEMA}", s.schema),
+        });
+    }
+    Ok(s)
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or("–".into(), fmt)
+}
+
+/// The headline table.
+pub fn headline_table(h: &[Headline]) -> Table {
+    Table {
+        header: [
+            "run",
+            "heartbeat PATCH p99 ms",
+            "PATCH p50 ms",
+            "LIST p99 ms",
+            "LISTs served/min",
+            "429s",
+            "errors (not 429)",
+            "sim crashes",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: h
+            .iter()
+            .map(|h| {
+                vec![
+                    h.title.clone(),
+                    opt(h.patch_p99_ms),
+                    opt(h.patch_p50_ms),
+                    opt(h.list_p99_ms),
+                    fmt(h.lists_served_per_minute.round()),
+                    h.rejected_429.to_string(),
+                    h.errors.to_string(),
+                    h.sim_crashes.to_string(),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// One sentence per comparison the demo is about.
+pub fn verdict(h: &[Headline]) -> String {
+    let get = |n: &str| h.iter().find(|x| x.run == n);
+    let p99 = |n: &str| get(n).and_then(|x| x.patch_p99_ms);
+    let mut s = String::new();
+    if let (Some(b), Some(u), Some(p)) = (p99("baseline"), p99("unprotected"), p99("protected")) {
+        if b > 0.0 {
+            s = format!(
+                "Heartbeat PATCH p99: {} ms without LISTs; {} ms ({:.1}× the baseline) under the \
+                 LIST storm without tollgate; {} ms ({:.1}×) with tollgate in front.",
+                fmt(b),
+                fmt(u),
+                u / b,
+                fmt(p),
+                p / b
+            );
+        }
+    }
+    if let Some(u) = get("unprotected").filter(|u| u.sim_crashes > 0) {
+        s.push_str(&format!(
+            " Without tollgate the simulated apiserver was OOM-killed {} time(s).",
+            u.sim_crashes
+        ));
+    }
+    if let Some(p) = get("protected") {
+        s.push_str(&format!(
+            " Tollgate served {} LISTs/min and answered {} with 429.",
+            fmt(p.lists_served_per_minute.round()),
+            p.rejected_429
+        ));
+    }
+    s.trim().to_owned()
+}
+
+/// Per-operation figures of one loadgen run.
+pub fn operations_table(lg: &LoadgenRun) -> Table {
+    let mut t = Table {
+        header: [
+            "operation",
+            "requests",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "max ms",
+            "429s",
+            "errors (not 429)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for o in lg.summary["operations"].as_array().into_iter().flatten() {
+        let name = o["name"].as_str().unwrap_or("?");
+        let l = |p: &str| opt(o["latency_ms"][p].as_f64());
+        t.rows.push(vec![
+            name.to_owned(),
+            o["requests"].as_u64().unwrap_or(0).to_string(),
+            l("p50"),
+            l("p90"),
+            l("p99"),
+            l("max"),
+            lg.status_count(name, "429").to_string(),
+            lg.errors(name).to_string(),
+        ]);
+    }
+    t
+}
+
+fn chart(title: &str, y: &str, series: Vec<Series>, log_y: bool) -> Block {
+    Block::Chart(Chart {
+        title: title.into(),
+        x_label: "second of the run".into(),
+        y_label: y.into(),
+        series,
+        log_y,
+    })
+}
+
+/// The demo's report.
+pub fn document(dir: &Path) -> Result<Document, ReportError> {
+    let s = read_summary(dir)?;
+    let mut runs = Vec::new();
+    for r in &s.runs {
+        let run_dir = dir.join(&r.dir);
+        let lg = LoadgenRun::read(&run_dir.join("loadgen"))?;
+        let memory = read_samples(&run_dir.join("memory.csv"))?;
+        let quota = read_samples(&run_dir.join("quota.csv"))?;
+        runs.push((r, lg, memory, quota));
+    }
+    let mut blocks = vec![
+        Block::Text(verdict(&s.headline)),
+        Block::Text(format!(
+            "Setup: a simulated control plane with the modeled cost (a 2-core apiserver and \
+             etcd), {} nodes and {} pods; {} nodes heartbeat with status PATCHes at {}/s; the \
+             storm is {} consistent LISTs of all pods per minute (they read etcd); each run \
+             lasts {} s on a freshly started control plane. Tollgate in enforce mode, quota \
+             {} bytes/s, burst {} bytes.{}",
+            s.setup.nodes,
+            s.setup.pods,
+            s.setup.heartbeat_nodes,
+            fmt(s.setup.patches_per_second),
+            fmt(s.setup.lists_per_minute),
+            fmt(s.setup.duration_seconds),
+            s.setup.quota_bytes_per_second,
+            s.setup.quota_burst_bytes,
+            if s.quick { " (quick version)" } else { "" }
+        )),
+        Block::Heading("Latency over time".into()),
+        chart(
+            "Heartbeat PATCH p99 per second",
+            "ms",
+            runs.iter()
+                .map(|(r, lg, ..)| lg.latency_series("patch", &r.title, |x| x.p99_ms))
+                .collect(),
+            true,
+        ),
+        chart(
+            "Heartbeat PATCH p50 per second",
+            "ms",
+            runs.iter()
+                .map(|(r, lg, ..)| lg.latency_series("patch", &r.title, |x| x.p50_ms))
+                .collect(),
+            true,
+        ),
+        chart(
+            "LIST p99 per second",
+            "ms",
+            runs.iter()
+                .map(|(r, lg, ..)| lg.latency_series("list", &r.title, |x| x.p99_ms))
+                .collect(),
+            true,
+        ),
+        Block::Heading("429s, errors and LISTs served over time".into()),
+        chart(
+            "429 answers per second (all operations)",
+            "429/s",
+            runs.iter()
+                .map(|(r, lg, ..)| lg.total_series(&r.title, |x| x.rejected_429))
+                .collect(),
+            false,
+        ),
+        chart(
+            "Errors per second (5xx, transport, other 4xx)",
+            "errors/s",
+            runs.iter()
+                .map(|(r, lg, ..)| lg.total_series(&r.title, |x| x.errors - x.rejected_429))
+                .collect(),
+            false,
+        ),
+        chart(
+            "LISTs served (2xx) per second",
+            "LIST/s",
+            runs.iter()
+                .map(|(r, lg, ..)| lg.series("list", &r.title, |x| x.ok))
+                .collect(),
+            false,
+        ),
+        Block::Heading("Tollgate's quota pool and the apiserver's memory".into()),
+        chart(
+            "Quota pool level (tollgate_quota_available_bytes; negative: debt)",
+            "bytes",
+            runs.iter()
+                .map(|(r, _, _, q)| Series {
+                    name: r.title.clone(),
+                    points: q.clone(),
+                })
+                .collect(),
+            false,
+        ),
+        chart(
+            "Modeled apiserver memory (tollgate_sim_virtual_memory_bytes)",
+            "bytes",
+            runs.iter()
+                .map(|(r, _, m, _)| Series {
+                    name: r.title.clone(),
+                    points: m.clone(),
+                })
+                .collect(),
+            false,
+        ),
+        Block::Heading("Each run".into()),
+    ];
+    for (r, lg, ..) in &runs {
+        blocks.push(Block::Text(format!(
+            "**{}** ({}; sim crashes: {}):",
+            r.title, r.dir, r.sim_restarts
+        )));
+        blocks.push(Block::Table(operations_table(lg)));
+    }
+    Ok(Document {
+        title: "Tollgate demo: a LIST storm against node heartbeats".into(),
+        headline: headline_table(&s.headline),
+        blocks,
+    })
+}
+
+/// The report of a plain loadgen output directory.
+pub fn loadgen_document(lg: &LoadgenRun) -> Document {
+    let ops: Vec<&String> = lg.timeseries.keys().collect();
+    let per_op = |f: fn(&super::loadgen::SecondRow) -> f64| -> Vec<Series> {
+        ops.iter().map(|o| lg.latency_series(o, o, f)).collect()
+    };
+    let per_op_count = |f: fn(&super::loadgen::SecondRow) -> f64| -> Vec<Series> {
+        ops.iter().map(|o| lg.series(o, o, f)).collect()
+    };
+    Document {
+        title: format!("loadgen run: {}", lg.dir.display()),
+        headline: operations_table(lg),
+        blocks: vec![
+            chart("p99 per second", "ms", per_op(|x| x.p99_ms), true),
+            chart("p50 per second", "ms", per_op(|x| x.p50_ms), true),
+            chart(
+                "429 answers per second",
+                "429/s",
+                per_op_count(|x| x.rejected_429),
+                false,
+            ),
+            chart(
+                "Errors per second (other than 429)",
+                "errors/s",
+                per_op_count(|x| x.errors - x.rejected_429),
+                false,
+            ),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(run: &str, p99: f64, crashes: u64) -> Headline {
+        Headline {
+            run: run.into(),
+            title: run.into(),
+            patch_p50_ms: Some(1.0),
+            patch_p99_ms: Some(p99),
+            list_p99_ms: None,
+            lists_served_per_minute: 30.0,
+            rejected_429: 5,
+            errors: 0,
+            sim_crashes: crashes,
+        }
+    }
+
+    #[test]
+    fn the_verdict_names_the_ratios() {
+        let v = verdict(&[
+            h("baseline", 10.0, 0),
+            h("unprotected", 1000.0, 2),
+            h("protected", 12.0, 0),
+        ]);
+        assert!(v.contains("100.0× the baseline"), "{v}");
+        assert!(v.contains("(1.2×)"), "{v}");
+        assert!(v.contains("OOM-killed 2 time(s)"), "{v}");
+        assert!(v.contains("answered 5 with 429"), "{v}");
+        let t = headline_table(&[h("baseline", 10.0, 0)]);
+        assert_eq!(t.rows[0][1], "10");
+    }
+}
