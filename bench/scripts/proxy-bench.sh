@@ -222,8 +222,9 @@ the requests (small) or the bytes (GB = 10^9 B) wrk received.
 - nginx / minproxy: $NGX_SMALL_RATIO× per small GET, $NGX_BIG_RATIO× per GB.
 - tollgate observed $PATTERNS requests in \`/debug/patterns\` counts; its peak RSS (VmHWM) was $((RSS_KB / 1024)) MiB.
 - Latency and requests/s are not compared: the load average above says how little the 2 cores
-  were ours. Not measured here yet: p99 added at half of tollgate's maximum rate, RSS with 50
-  slow 200 MB clients and with 10,000 idle HTTP/2 watches.
+  were ours. The p99 added at half of tollgate's maximum rate is measured open-loop by
+  \`bench/scripts/proxy-latency.sh\` ("tollgate added latency"), RSS with slow clients and idle
+  watches by \`bench/scripts/proxy-memory.sh\` ("tollgate memory").
 EOF
 )
 echo "$SECTION"
