@@ -84,3 +84,35 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 hwm_kb() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
 mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+# nginx as a plain reverse proxy to 127.0.0.1:UPSTREAM_PORT, the peer of the proxy benchmarks:
+# one worker, proxy_buffering off, 64 KB buffers, upstream keepalive.
+nginx_proxy_conf() { # nginx_proxy_conf DIR PORT UPSTREAM_PORT
+    nginx_conf "$1" "$2" "location / {
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_buffering off;
+            proxy_buffer_size 64k;
+            proxy_buffers 4 64k;
+        }" "upstream up { server 127.0.0.1:$3; keepalive 64; }"
+}
+# Replaces the section of FILE whose heading is SECTION's first line (up to the next "## "),
+# or appends SECTION; creates FILE if missing.
+write_section() { # write_section FILE SECTION
+    python3 - "$1" "$2" <<'PY'
+import sys
+path, section = sys.argv[1], sys.argv[2].rstrip("\n") + "\n"
+try:
+    text = open(path).read()
+except FileNotFoundError:
+    text = "# Benchmark results\n"
+heading = section.split("\n", 1)[0]
+start = text.find(heading + "\n")
+if start < 0:
+    text = text.rstrip("\n") + "\n\n" + section
+else:
+    nxt = text.find("\n## ", start + len(heading))
+    text = text[:start] + section + ("" if nxt < 0 else text[nxt:])
+open(path, "w").write(text)
+PY
+}

@@ -90,14 +90,7 @@ PID[minproxy]=${PIDS[-1]}
 URL[minproxy]=$(wait_line "$TMP/minproxy.out" "minproxy serving at " "${PID[minproxy]}" minproxy)
 
 NP_PORT=$(free_port)
-nginx_conf "$TMP/np" "$NP_PORT" "location / {
-            proxy_pass http://up;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-            proxy_buffering off;
-            proxy_buffer_size 64k;
-            proxy_buffers 4 64k;
-        }" "upstream up { server 127.0.0.1:$UP_PORT; keepalive 64; }"
+nginx_proxy_conf "$TMP/np" "$NP_PORT" "$UP_PORT"
 "$NGINX" -p "$TMP/np" -c "$TMP/np/nginx.conf" >"$TMP/np/logs/stdout" 2>&1 &
 PIDS+=($!)
 URL[nginx]=http://127.0.0.1:$NP_PORT
@@ -229,22 +222,6 @@ EOF
 )
 echo "$SECTION"
 if [[ "$RESULTS" != "-" ]]; then
-    python3 - "$RESULTS" "$SECTION" <<'EOF'
-import re, sys
-path, section = sys.argv[1], sys.argv[2].rstrip("\n") + "\n"
-try:
-    text = open(path).read()
-except FileNotFoundError:
-    text = "# Benchmark results\n"
-heading = "## tollgate forwarding (issue 3)"
-start = text.find(heading)
-if start < 0:
-    text = text.rstrip("\n") + "\n\n" + section
-else:
-    m = re.search(r"^## ", text[start + len(heading):], re.M)
-    end = start + len(heading) + m.start() if m else len(text)
-    text = text[:start] + section + ("\n" if m else "") + text[end:]
-open(path, "w").write(text)
-EOF
+    write_section "$RESULTS" "$SECTION"
     log "written to $RESULTS"
 fi

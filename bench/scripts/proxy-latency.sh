@@ -78,14 +78,7 @@ PIDS+=($!)
 URL[minproxy]=$(wait_line "$TMP/minproxy.out" "minproxy serving at " "${PIDS[-1]}" minproxy)
 
 NP_PORT=$(free_port)
-nginx_conf "$TMP/np" "$NP_PORT" "location / {
-            proxy_pass http://up;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-            proxy_buffering off;
-            proxy_buffer_size 64k;
-            proxy_buffers 4 64k;
-        }" "upstream up { server 127.0.0.1:$UP_PORT; keepalive 64; }"
+nginx_proxy_conf "$TMP/np" "$NP_PORT" "$UP_PORT"
 "$NGINX" -p "$TMP/np" -c "$TMP/np/nginx.conf" >"$TMP/np/logs/stdout" 2>&1 &
 PIDS+=($!)
 URL[nginx]=http://127.0.0.1:$NP_PORT
@@ -177,13 +170,6 @@ EOF
 
 echo "$SECTION"
 if [[ "$RESULTS" != "-" ]]; then
-    python3 - "$RESULTS" "$SECTION" <<'PY'
-import re, sys
-path, section = sys.argv[1], sys.argv[2].rstrip() + "\n"
-text = open(path).read()
-pat = re.compile(r"^## tollgate added latency \(issue 3\)\n.*?(?=^## |\Z)", re.S | re.M)
-text = pat.sub(section + "\n", text) if pat.search(text) else text.rstrip() + "\n\n" + section
-open(path, "w").write(text)
-PY
+    write_section "$RESULTS" "$SECTION"
     log "wrote $RESULTS"
 fi

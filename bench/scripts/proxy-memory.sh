@@ -195,13 +195,6 @@ EOF
 
 echo "$SECTION"
 if [[ "$RESULTS" != "-" ]]; then
-    python3 - "$RESULTS" "$SECTION" <<'PY'
-import re, sys
-path, section = sys.argv[1], sys.argv[2].rstrip() + "\n"
-text = open(path).read()
-pat = re.compile(r"^## tollgate memory \(issue 3\)\n.*?(?=^## |\Z)", re.S | re.M)
-text = pat.sub(section + "\n", text) if pat.search(text) else text.rstrip() + "\n\n" + section
-open(path, "w").write(text)
-PY
+    write_section "$RESULTS" "$SECTION"
     log "wrote $RESULTS"
 fi

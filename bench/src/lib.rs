@@ -5,9 +5,11 @@
 //! - [`capacity`]: the capacity search (`tollgate-bench capacity`).
 //! - [`report`]: the HTML and Markdown reports (`tollgate-bench report`).
 //! - [`demo`]: the three-run demo (`tollgate-bench demo`).
+//! - [`process`]: child processes and `/metrics` scrapes the demo and capacity runs share.
 #![forbid(unsafe_code)]
 
 pub mod capacity;
 pub mod demo;
+pub mod process;
 pub mod report;
 pub mod sim;

@@ -136,12 +136,16 @@ impl Gateway {
             Mode::DryRun => true,
             Mode::Enforce => false,
         };
-        let flow = flow_key(client, config.quota.queue.flow_by);
+        let flow_by = config.quota.queue.flow_by;
         let admission = &self.inner.admission;
         let verdict = if lane == Lane::Heavy {
-            admission.admit_heavy(&flow, cost, config, dry).await
+            admission
+                .admit_heavy(&flow_key(client, flow_by), cost, config, dry)
+                .await
         } else {
-            admission.admit_light(lane, &flow, config, dry).await
+            admission
+                .admit_light(lane, || flow_key(client, flow_by), config, dry)
+                .await
         };
         let m = &self.inner.metrics;
         m.decisions

@@ -116,6 +116,25 @@ fn package_name(dir: &Path) -> Option<String> {
     })
 }
 
+/// `tollgate-bench` as a command, with `tollgate` and `loadgen` (which its `capacity` and
+/// `demo` start as children) pointed at this workspace's fresh binaries, stdin closed.
+pub fn bench_command() -> std::process::Command {
+    let mut c = std::process::Command::new(fresh_workspace_binary(
+        "tollgate-bench",
+        &["bench", "apimodel"],
+    ));
+    c.env(
+        "LOADGEN_BIN",
+        fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
+    )
+    .env(
+        "TOLLGATE_BIN",
+        fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
+    )
+    .stdin(std::process::Stdio::null());
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

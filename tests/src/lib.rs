@@ -21,7 +21,7 @@ mod lines;
 mod sim;
 mod tollgate;
 
-pub use binary::{fresh_workspace_binary, workspace_binary};
+pub use binary::{bench_command, fresh_workspace_binary, workspace_binary};
 pub use json::{abbreviated, str_at, user_info, whoami};
 pub use kube::{kube_apiserver_tools, RealApiserver};
 pub use kubectl::{

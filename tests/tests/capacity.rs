@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tests::fresh_workspace_binary;
+use tests::bench_command;
 
 const EXECUTION: &str = r#"
 name: lists-per-minute
@@ -26,23 +26,11 @@ search: {metric: capacity, strategy: binary, lowerBound: true}
 "#;
 
 fn command(dir: &Path) -> Command {
-    let mut c = Command::new(fresh_workspace_binary(
-        "tollgate-bench",
-        &["bench", "apimodel"],
-    ));
+    let mut c = bench_command();
     c.arg("capacity")
         .arg(dir.join("exec.yaml"))
         .arg("--output")
-        .arg(dir.join("out"))
-        .env(
-            "LOADGEN_BIN",
-            fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
-        )
-        .env(
-            "TOLLGATE_BIN",
-            fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
-        )
-        .stdin(Stdio::null());
+        .arg(dir.join("out"));
     c
 }
 

@@ -13,32 +13,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tests::fresh_workspace_binary;
+use tests::bench_command;
 
 /// The quick demo is ~1 minute of load; starting three control planes of 10,000 pods on a busy
 /// 2-core machine adds to it.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(420);
 
 fn run_quick_demo(out: &Path) -> (String, String) {
-    let mut child = Command::new(fresh_workspace_binary(
-        "tollgate-bench",
-        &["bench", "apimodel"],
-    ))
-    .args(["demo", "--quick", "--output"])
-    .arg(out)
-    .env(
-        "LOADGEN_BIN",
-        fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
-    )
-    .env(
-        "TOLLGATE_BIN",
-        fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("starting tollgate-bench demo");
+    let mut child = bench_command()
+        .args(["demo", "--quick", "--output"])
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting tollgate-bench demo");
     // Read the pipes on threads so a chatty child never blocks; poll for the exit.
     let read = |r: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {
@@ -291,25 +279,13 @@ clusterSize:
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path();
     std::fs::write(dir.join("exec.yaml"), EXECUTION).expect("writing exec.yaml");
-    let out = Command::new(fresh_workspace_binary(
-        "tollgate-bench",
-        &["bench", "apimodel"],
-    ))
-    .arg("capacity")
-    .arg(dir.join("exec.yaml"))
-    .arg("--output")
-    .arg(dir.join("out"))
-    .env(
-        "LOADGEN_BIN",
-        fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
-    )
-    .env(
-        "TOLLGATE_BIN",
-        fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
-    )
-    .stdin(Stdio::null())
-    .output()
-    .expect("running capacity");
+    let out = bench_command()
+        .arg("capacity")
+        .arg(dir.join("exec.yaml"))
+        .arg("--output")
+        .arg(dir.join("out"))
+        .output()
+        .expect("running capacity");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let text = std::fs::read_to_string(dir.join("out/sizing.json")).expect("sizing.json");

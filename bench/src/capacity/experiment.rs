@@ -6,12 +6,11 @@
 //! `tollgate` and `loadgen`.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+
+use crate::process::{run_ok, start, word_after};
 
 use super::execution::{number, substitute, Execution};
 use super::results::{Record, SloOutcome};
@@ -58,110 +57,6 @@ impl Binaries {
     }
 }
 
-/// How long a child may take to print its address.
-const START_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// A started child and the URL it printed. Its stdin stays open while this lives: the sim,
-/// started with `--exit-with-stdin`, also exits when this process dies without cleaning up.
-struct Started {
-    _child: Child,
-    _stdin: Option<tokio::process::ChildStdin>,
-    url: String,
-}
-
-/// Starts `program args`, its stderr to `log`, and waits for a stdout line containing
-/// `marker` followed by a URL.
-async fn start(
-    program: &Path,
-    args: &[String],
-    log: &Path,
-    marker: &str,
-) -> anyhow::Result<Started> {
-    let stderr =
-        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", program.display()))?;
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take().context("child stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let found = tokio::time::timeout(START_TIMEOUT, async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(rest) = line.split(marker).nth(1) {
-                let url = rest
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                return Ok::<_, std::io::Error>(Some(url));
-            }
-        }
-        Ok(None)
-    })
-    .await;
-    let url = match found {
-        Ok(Ok(Some(url))) if !url.is_empty() => url,
-        Ok(Ok(_)) => bail!(
-            "{} exited before it was ready; see {}",
-            program.display(),
-            log.display()
-        ),
-        Ok(Err(e)) => bail!("reading {}'s output: {e}", program.display()),
-        Err(_) => bail!(
-            "{} printed no address within {START_TIMEOUT:?}; see {}",
-            program.display(),
-            log.display()
-        ),
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Started {
-        _child: child,
-        _stdin: stdin,
-        url,
-    })
-}
-
-async fn run_to_end(
-    program: &Path,
-    args: &[String],
-    log: &Path,
-    limit: Duration,
-) -> anyhow::Result<()> {
-    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let err = out.try_clone()?;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", program.display()))?;
-    let status = tokio::time::timeout(limit, child.wait())
-        .await
-        .with_context(|| {
-            format!(
-                "{} ran longer than {limit:?}; see {}",
-                program.display(),
-                log.display()
-            )
-        })??;
-    if !status.success() {
-        bail!(
-            "{} failed ({status}); see {}",
-            program.display(),
-            log.display()
-        );
-    }
-    Ok(())
-}
-
 /// The directory of one experiment's files, under the run's output.
 pub fn experiment_dir(output: &Path, exec: &Execution, cell: Cell, repetition: u32) -> PathBuf {
     output.join("experiments").join(format!(
@@ -200,15 +95,13 @@ pub async fn run(
             "--exit-with-stdin".into(),
         ];
         args.extend(substitute(&sim.args, load, resource));
-        let s = start(
-            &bins.bench,
-            &args,
-            &dir.join("sim.log"),
-            "serving the Kubernetes API at ",
-        )
-        .await?;
-        target = vec!["--server".into(), s.url.clone()];
-        upstream = vec!["--upstream".into(), s.url.clone()];
+        const READY: &str = "serving the Kubernetes API at ";
+        let s = start(&bins.bench, &args, &dir.join("sim.log"), READY).await?;
+        let url = word_after(&s.line, READY)
+            .context("the sim's ready line has no URL")?
+            .to_owned();
+        target = vec!["--server".into(), url.clone()];
+        upstream = vec!["--upstream".into(), url];
         _sim = Some(s);
     } else if let Some(k) = &exec.sut.kubeconfig {
         target = vec!["--kubeconfig".into(), k.display().to_string()];
@@ -224,14 +117,12 @@ pub async fn run(
         ];
         args.extend(upstream.iter().cloned());
         args.extend(substitute(&tg.args, load, resource));
-        let t = start(
-            &bins.tollgate,
-            &args,
-            &dir.join("tollgate.log"),
-            "tollgate serving at ",
-        )
-        .await?;
-        target = vec!["--server".into(), t.url.clone()];
+        const READY: &str = "tollgate serving at ";
+        let t = start(&bins.tollgate, &args, &dir.join("tollgate.log"), READY).await?;
+        let url = word_after(&t.line, READY)
+            .context("tollgate's ready line has no URL")?
+            .to_owned();
+        target = vec!["--server".into(), url];
         if let Some(k) = &exec.sut.kubeconfig {
             // Credentials stay the cluster's; only the address is tollgate's.
             target.extend(["--kubeconfig".into(), k.display().to_string()]);
@@ -243,7 +134,7 @@ pub async fn run(
         let mut args = vec!["seed".to_owned()];
         args.extend(target.iter().cloned());
         args.extend(substitute(&exec.loadgen.seed, load, resource));
-        run_to_end(
+        run_ok(
             &bins.loadgen,
             &args,
             &dir.join("seed.log"),
@@ -263,7 +154,7 @@ pub async fn run(
         "--no-progress".into(),
     ]);
     let limit = humantime_secs(&exec.duration).unwrap_or(600.0) * 2.0 + 180.0;
-    run_to_end(
+    run_ok(
         &bins.loadgen,
         &args,
         &dir.join("loadgen.log"),

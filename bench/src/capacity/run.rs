@@ -296,27 +296,14 @@ pub fn summary_markdown(exec: &Execution, o: &Outcome) -> String {
             p.value.map_or("none".into(), number)
         ));
     }
-    s.push_str(&format!(
-        "\nSLO verdicts ({} down, {} across):\n\n| |",
-        o.load_name, o.resource_name
-    ));
-    for r in &o.resources {
-        s.push_str(&format!(" {} |", number(*r)));
-    }
-    s.push_str("\n|---|");
-    s.push_str(&"---|".repeat(o.resources.len()));
     s.push('\n');
-    for (l, row) in o.loads.iter().zip(&o.grid).rev() {
-        s.push_str(&format!("| {} |", number(*l)));
-        for v in row {
-            s.push_str(match v {
-                Some(true) => " ✓ |",
-                Some(false) => " ✗ |",
-                None => " · |",
-            });
-        }
-        s.push('\n');
-    }
+    s.push_str(&crate::report::capacity::verdict_grid_markdown(
+        &o.load_name,
+        &o.resource_name,
+        &o.loads,
+        &o.resources,
+        &o.grid,
+    ));
     s.push_str("\nSLOs:\n");
     for slo in &exec.slos {
         let bound = match (slo.max, slo.min) {

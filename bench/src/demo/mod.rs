@@ -13,7 +13,7 @@
 //! `tollgate.demo/v1`: the runs, each with loadgen's summary, and the headline), `summary.md`
 //! and `report.html` (see [`crate::report::demo`]).
 //!
-//! - [`process`]: children and metric scrapes.
+//! - [`crate::process`]: children and metric scrapes (shared with the capacity experiments).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,9 +25,7 @@ use crate::capacity::experiment::Binaries;
 use crate::report::demo::{DemoSummary, Headline, RunSummary, Setup, SCHEMA};
 use crate::report::loadgen::LoadgenRun;
 
-pub mod process;
-
-use process::{sample, start, word_after, Scraper};
+use crate::process::{self, sample, start, word_after, Scraper};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {

@@ -216,17 +216,34 @@ fn metric_table(c: &CapacityJson) -> Table {
 }
 
 fn grid_markdown(c: &CapacityJson) -> String {
+    verdict_grid_markdown(
+        &c.load_name,
+        &c.resource_name,
+        &c.loads,
+        &c.resources,
+        &c.grid,
+    )
+}
+
+/// The verdict grid as Theodolite draws it, loads up and resources across; also the grid of
+/// the `summary.md` a capacity run writes.
+pub(crate) fn verdict_grid_markdown(
+    load_name: &str,
+    resource_name: &str,
+    loads: &[f64],
+    resources: &[f64],
+    grid: &[Vec<Option<bool>>],
+) -> String {
     let mut s = format!(
-        "SLO verdicts ({} down, {} across; ✓ pass, ✗ fail, · not run):\n\n| |",
-        c.load_name, c.resource_name
+        "SLO verdicts ({load_name} down, {resource_name} across; ✓ pass, ✗ fail, · not run):\n\n| |"
     );
-    for r in &c.resources {
+    for r in resources {
         s.push_str(&format!(" {} |", fmt(*r)));
     }
     s.push_str("\n|---|");
-    s.push_str(&"---|".repeat(c.resources.len()));
+    s.push_str(&"---|".repeat(resources.len()));
     s.push('\n');
-    for (l, row) in c.loads.iter().zip(&c.grid).rev() {
+    for (l, row) in loads.iter().zip(grid).rev() {
         s.push_str(&format!("| {} |", fmt(*l)));
         for v in row {
             s.push_str(match v {

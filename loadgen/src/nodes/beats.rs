@@ -255,7 +255,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn beats_beyond_max_in_flight_are_dropped() {
         let beats = Beats::new([seq(BeatKind::Status, 10, 1)]);
-        // Requests hang for 10 s: only the first 3 of 10 beats in 1 s leave.
+        // The request stub is a server that answers after 10 s of (paused, virtual) time, so
+        // the first 3 of 10 beats in 1 s fill --max-in-flight and the other 7 are dropped.
         let paced = pace(
             beats,
             Instant::now(),

@@ -442,8 +442,15 @@ impl Admission {
     }
 
     /// A light lane: a slot, waiting up to `lanes.maxWaitSeconds`; in dry
-    /// run, counted but never waited for.
-    pub async fn admit_light(&self, lane: Lane, flow: &str, config: &Config, dry: bool) -> Verdict {
+    /// run, counted but never waited for. `flow` is only asked for on a
+    /// rejection (its Retry-After jitter): no per-request string otherwise.
+    pub async fn admit_light(
+        &self,
+        lane: Lane,
+        flow: impl FnOnce() -> String,
+        config: &Config,
+        dry: bool,
+    ) -> Verdict {
         if lane == Lane::Exempt {
             return Verdict::admit(Reason::Exempt, Hold::Slot(self.slots.force_take(lane)));
         }
@@ -467,7 +474,7 @@ impl Admission {
                 ..Verdict::admit(Reason::Slot, Hold::Slot(s))
             },
             SlotOutcome::Full => {
-                self.reject(Reason::Inflight, Duration::from_secs(1), flow, config)
+                self.reject(Reason::Inflight, Duration::from_secs(1), &flow(), config)
             }
         }
     }

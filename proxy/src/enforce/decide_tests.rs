@@ -121,20 +121,24 @@ async fn light_lanes_wait_for_a_slot_then_give_up() {
     c.lanes.max_inflight.workload = 1;
     c.lanes.max_wait_seconds = 0.5;
     let a = admission(&c);
-    let held = a.admit_light(Lane::Workload, "a", &c, false).await;
+    let held = a
+        .admit_light(Lane::Workload, || "a".into(), &c, false)
+        .await;
     assert_eq!(held.decision, Decision::Admit);
-    let full = a.admit_light(Lane::Workload, "a", &c, false).await;
+    let full = a
+        .admit_light(Lane::Workload, || "a".into(), &c, false)
+        .await;
     assert_eq!(
         (full.decision, full.reason),
         (Decision::Reject, Reason::Inflight)
     );
-    let dry = a.admit_light(Lane::Workload, "a", &c, true).await;
+    let dry = a.admit_light(Lane::Workload, || "a".into(), &c, true).await;
     assert_eq!(
         dry.decision,
         Decision::Queue,
         "dry run: counted, not refused"
     );
-    let exempt = a.admit_light(Lane::Exempt, "a", &c, false).await;
+    let exempt = a.admit_light(Lane::Exempt, || "a".into(), &c, false).await;
     assert_eq!(exempt.reason, Reason::Exempt);
 }
 

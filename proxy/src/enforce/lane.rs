@@ -386,6 +386,8 @@ mod tests {
         let s2 = slots.clone();
         let waiter =
             tokio::spawn(async move { s2.take(Lane::System, 1, Duration::from_secs(5)).await });
+        // The clock is paused: this sleep ends only once every task is idle, i.e. the waiter
+        // is parked in `take`, and then advances virtual time by 1 s (< its 5 s wait).
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(a);
         assert!(matches!(

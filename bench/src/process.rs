@@ -1,4 +1,4 @@
-//! The demo's child processes and metric scrapes: the workspace's own binaries started with
+//! Child processes and metric scrapes of the demo and the capacity experiments: the workspace's own binaries started with
 //! their output to log files, each killed when its handle drops (an error or Ctrl-C leaves
 //! nothing behind), and Prometheus text read over plain HTTP on loopback.
 
@@ -85,6 +85,24 @@ pub async fn start(
         _stdin: stdin,
         line,
     })
+}
+
+/// [`run_to_end`], and an error naming the log unless it exited successfully.
+pub async fn run_ok(
+    program: &Path,
+    args: &[String],
+    log: &Path,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let status = run_to_end(program, args, log, limit).await?;
+    if !status.success() {
+        bail!(
+            "{} failed ({status}); see {}",
+            program.display(),
+            log.display()
+        );
+    }
+    Ok(())
 }
 
 /// Runs `program args` to its end within `limit`, stdout and stderr to `log`.
