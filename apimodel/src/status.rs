@@ -20,8 +20,13 @@ pub struct Status {
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<StatusDetails>,
-    #[serde(default)]
+    /// 0 only in a registry's `Success` for a delete, which omits it as Go's `omitempty` does.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub code: u16,
+}
+
+fn is_zero(code: &u16) -> bool {
+    *code == 0
 }
 
 /// `Status.details`: which object the status is about and, for 429s, when to retry.
@@ -86,12 +91,15 @@ impl Status {
     }
 
     /// 404 for a path that names no resource the server serves.
-    pub fn path_not_found(path: &str) -> Self {
-        Status::failure(
+    pub fn resource_not_found() -> Self {
+        // kube-apiserver's words, with empty (not absent) details.
+        let mut s = Status::failure(
             404,
             "NotFound",
-            format!("the server could not find the requested resource ({path})"),
-        )
+            "the server could not find the requested resource",
+        );
+        s.details = Some(StatusDetails::default());
+        s
     }
 
     /// 409 AlreadyExists on create.
@@ -148,8 +156,11 @@ impl Status {
     }
 
     /// 415 for a content type the server cannot decode.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
-        Status::failure(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json (got {content_type:?})"))
+    pub fn unsupported_media_type() -> Self {
+        // kube-apiserver 1.20 names neither the type it got nor those it accepts.
+        let mut s = Status::failure(415, "UnsupportedMediaType", "415: Unsupported Media Type");
+        s.details = Some(StatusDetails::default());
+        s
     }
 
     /// 401 for credentials the server does not accept.

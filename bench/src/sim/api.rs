@@ -112,13 +112,21 @@ impl Api {
             return self.non_resource(req, &info, &user).await;
         }
         let Some(def) = resources::lookup(&info.group, &info.version, &info.resource) else {
-            return respond::status(&Status::path_not_found(req.uri().path()));
+            if !resources::serves_group_version(&info.group, &info.version) {
+                // No API group installed there: kube-apiserver's mux answers in plain text.
+                return respond::plain(StatusCode::NOT_FOUND, "404 page not found\n");
+            }
+            return respond::status(&Status::resource_not_found());
         };
         if (!def.namespaced && !info.namespace.is_empty())
             || (!info.subresource.is_empty()
                 && !def.subresources.contains(&info.subresource.as_str()))
         {
-            return respond::status(&Status::path_not_found(req.uri().path()));
+            return respond::status(&Status::resource_not_found());
+        }
+        if info.verb == Verb::Create && !info.name.is_empty() && info.subresource.is_empty() {
+            // A POST to a named object has no route (creates go to the collection).
+            return respond::status(&method_not_allowed());
         }
         // kube-apiserver's max-in-flight filter: long-running requests are not
         // counted, and system:masters is never refused.
@@ -324,6 +332,18 @@ impl Api {
             // The cacher holds watches until the cache is filled, then sends
             // the initial state from it.
             self.model.wait_cache_ready().await;
+            // kube-apiserver's cacher after a restart: its window starts at
+            // the revision it listed at, and an older watch gets an ERROR
+            // event with 410 ("too old resource version"), so informers relist.
+            let floor = self.model.watch_floor();
+            if let watch::Start::After(n) = plan.start {
+                if n < floor {
+                    self.count(info, def, 200, started);
+                    let s = Status::expired(format!("too old resource version: {n} ({floor})"));
+                    let event = format!("{{\"type\":\"ERROR\",\"object\":{}}}\n", s.to_json());
+                    return respond::json(StatusCode::OK, event);
+                }
+            }
             if let watch::Start::FullState { .. } = plan.start {
                 let (_, map) = self.store.snapshot(resources::index_of(def));
                 let s = list::shape(def, &map, &plan.filter, None, None, false);
@@ -439,12 +459,17 @@ impl Api {
                 Some(kind) => write::update(self, def, info, Change::Patch(kind, &body), dry_run)
                     .await
                     .map(|o| (StatusCode::OK, o)),
-                None => Err(Status::unsupported_media_type(&content_type)),
+                None => Err(Status::unsupported_media_type()),
             },
             Verb::Delete => match DeleteOptions::parse(query.as_deref(), &body) {
-                Ok(o) => write::delete(self, def, &info.namespace, &info.name, &o, dry_run)
-                    .await
-                    .map(|o| (StatusCode::OK, o)),
+                Ok(o) => {
+                    match write::delete(self, def, &info.namespace, &info.name, &o, dry_run).await {
+                        Ok(gone) if !returns_deleted_object(def, &gone) => {
+                            return respond::json(StatusCode::OK, deleted_status(def, &gone))
+                        }
+                        r => r.map(|o| (StatusCode::OK, o)),
+                    }
+                }
                 Err(s) => Err(s),
             },
             Verb::DeleteCollection => {
@@ -492,15 +517,51 @@ impl Api {
             }
         }
         let mut out = format!("{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}},\"items\":[", def.list_kind(), def.api_version()).into_bytes();
+        let type_prefix = super::object::type_meta_prefix(def);
         for (i, o) in items.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(&o.json);
+            let (open, rest) = o.json_without_type_meta(&type_prefix);
+            out.extend_from_slice(open);
+            out.extend_from_slice(rest);
         }
         out.extend_from_slice(b"]}");
         respond::json(StatusCode::OK, out)
     }
+}
+
+/// What a DELETE answers: kube-apiserver's registry returns the object for pods
+/// (`ReturnDeletedObject`), for namespaces and for anything whose deletion is still pending
+/// (finalizers, grace period); otherwise a `Status` naming what was deleted.
+fn returns_deleted_object(def: &ResourceDef, o: &super::object::Obj) -> bool {
+    def.name == "pods"
+        || def.name == "namespaces"
+        || o.value()["metadata"].get("deletionTimestamp").is_some()
+}
+
+/// The registry's `Success` for a finished delete: `details.kind` is the resource, as
+/// kube-apiserver fills it.
+fn deleted_status(def: &ResourceDef, o: &super::object::Obj) -> String {
+    let mut s = Status::success();
+    s.code = 0;
+    s.details = Some(apimodel::status::StatusDetails {
+        name: o.name.clone(),
+        group: def.group.into(),
+        kind: def.name.into(),
+        uid: o.uid.clone(),
+        ..Default::default()
+    });
+    s.to_json()
+}
+
+/// kube-apiserver's 405 for a method no route takes, with empty details.
+fn method_not_allowed() -> Status {
+    let mut s = Status::method_not_allowed(
+        "the server does not allow this method on the requested resource",
+    );
+    s.details = Some(apimodel::status::StatusDetails::default());
+    s
 }
 
 fn scope(info: &RequestInfo) -> &'static str {

@@ -418,12 +418,7 @@ pub fn body(
         now,
         stats,
         on_done: Some(on_done),
-        type_prefix: format!(
-            "{{\"kind\":{},\"apiVersion\":{},",
-            serde_json::Value::from(def.kind),
-            serde_json::Value::from(def.api_version())
-        )
-        .into_bytes(),
+        type_prefix: super::object::type_meta_prefix(def),
     }
 }
 

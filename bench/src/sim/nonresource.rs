@@ -84,6 +84,6 @@ impl Api {
     }
 }
 
-fn not_found(path: &str) -> Response<Body> {
-    respond::status(&Status::path_not_found(path))
+fn not_found(_path: &str) -> Response<Body> {
+    respond::status(&Status::resource_not_found())
 }

@@ -33,6 +33,17 @@ pub fn key(namespace: &str, name: &str) -> String {
     }
 }
 
+/// `{"kind":"K","apiVersion":"V",`: how every stored object of `def` starts, so a list
+/// item can be sent without its type (see [`Obj::json_without_type_meta`]).
+pub fn type_meta_prefix(def: &ResourceDef) -> Vec<u8> {
+    format!(
+        "{{\"kind\":{},\"apiVersion\":{},",
+        Value::from(def.kind),
+        Value::from(def.api_version())
+    )
+    .into_bytes()
+}
+
 impl Obj {
     /// Builds the stored form of `value`, stamping `rv` into its metadata.
     pub fn new(def: &ResourceDef, mut value: Value, rv: u64) -> Obj {

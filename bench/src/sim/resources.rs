@@ -144,6 +144,14 @@ pub fn lookup(group: &str, version: &str, name: &str) -> Option<&'static Resourc
         .find(|r| r.group == group && r.version == version && r.name == name)
 }
 
+/// Whether any served resource lives in `group`/`version` (kube-apiserver's mux has a
+/// handler installed for that path).
+pub fn serves_group_version(group: &str, version: &str) -> bool {
+    RESOURCES
+        .iter()
+        .any(|r| r.group == group && r.version == version)
+}
+
 /// Index of a resource in [`RESOURCES`], used as a compact key in the store.
 pub fn index_of(def: &ResourceDef) -> usize {
     RESOURCES

@@ -121,14 +121,12 @@ impl Storage {
                     // Our compaction policy first (etcd is compacted to it lazily).
                     let oldest = self.cache.compacted();
                     if at < oldest {
-                        return Err(expired(plan, at, oldest));
+                        return Err(expired(plan, self.cache.revision()));
                     }
                 }
                 match etcd.list(def, plan).await {
                     Ok((rv, map)) => Ok((rv, map, true)),
-                    Err(StoreError::Compacted { asked, oldest }) => {
-                        Err(expired(plan, asked, oldest.max(self.cache.compacted())))
-                    }
+                    Err(StoreError::Compacted { .. }) => Err(expired(plan, self.cache.revision())),
                     Err(e @ StoreError::TooNew(_)) => Err(Status::timeout(e.to_string())),
                     Err(e) => Err(Status::internal(e.to_string())),
                 }
@@ -148,12 +146,11 @@ impl Storage {
     }
 }
 
-fn expired(plan: &ListPlan, asked: u64, oldest: u64) -> Status {
-    if plan.start.is_some() {
-        Status::expired(list::EXPIRED_CONTINUE)
-    } else {
-        Status::expired(format!(
-            "The resourceVersion for the provided list is too old: {asked} ({oldest})"
-        ))
+/// kube-apiserver's 410s, as the in-memory store words them: a continue token gets one for
+/// the same place at the current revision `now`.
+fn expired(plan: &ListPlan, now: u64) -> Status {
+    match &plan.start {
+        Some(start) => list::expired_continue(now, start),
+        None => Status::expired(list::EXPIRED_LIST),
     }
 }

@@ -197,8 +197,15 @@ impl Watcher {
                 };
                 let mut buf = BytesMut::new();
                 for e in &events {
-                    if let Some(kind) = self.transition(e.kind, e.prev.as_deref(), &e.cur) {
-                        self.encode(&mut buf, kind, &e.cur);
+                    match (self.transition(e.kind, e.prev.as_deref(), &e.cur), &e.prev) {
+                        (Some("DELETED"), Some(prev)) if matches!(e.kind, EventType::Modified) => {
+                            // An object leaving the selector: kube-apiserver's cacher sends it as
+                            // it was while it still matched, at the event's revision.
+                            let left = Obj::new(self.def, prev.value(), e.cur.rv);
+                            self.encode(&mut buf, "DELETED", &left);
+                        }
+                        (Some(kind), _) => self.encode(&mut buf, kind, &e.cur),
+                        (None, _) => {}
                     }
                 }
                 if !self.send(&mut buf).await {

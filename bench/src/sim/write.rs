@@ -1,6 +1,6 @@
 //! The writes: create, update (PUT), patch, delete and deletecollection, with
-//! the apiserver's metadata rules (uid, creationTimestamp, generation,
-//! resourceVersion preconditions → 409), graceful pod deletion, finalizers
+//! the apiserver's metadata rules (uid, creationTimestamp, resourceVersion
+//! preconditions → 409), graceful pod deletion, finalizers
 //! and namespace termination.
 
 use super::api::Api;
@@ -198,7 +198,9 @@ pub async fn create(
         "creationTimestamp".into(),
         clock::rfc3339(clock::now_unix()).into(),
     );
-    meta.insert("generation".into(), 1.into());
+    // None of the resources served here tracks `generation` in kube-apiserver 1.20
+    // (pods only from 1.33), so a client-sent one is dropped as the registry does.
+    meta.remove("generation");
     meta.remove("deletionTimestamp");
     meta.remove("deletionGracePeriodSeconds");
     if def.name == "namespaces" {
@@ -208,6 +210,9 @@ pub async fn create(
         }
     }
     let mut v = Value::Object(obj);
+    if def.name == "nodes" {
+        default_node(&mut v);
+    }
     v["apiVersion"] = def.api_version().into();
     v["kind"] = def.kind.into();
     apply_defaults(def, &mut v);
@@ -293,7 +298,6 @@ fn merge_update(
         "creationTimestamp",
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
-        "generation",
     ];
     let nm = new.get_mut("metadata").and_then(Value::as_object_mut);
     let Some(nm) = nm else {
@@ -305,10 +309,7 @@ fn merge_update(
             None => nm.remove(k),
         };
     }
-    if cur.get("spec") != new.get("spec") {
-        let g = cur["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
-        new["metadata"]["generation"] = g.into();
-    }
+    nm.remove("generation");
     new["apiVersion"] = def.api_version().into();
     new["kind"] = def.kind.into();
     Ok(new)
@@ -557,4 +558,46 @@ async fn start_namespace_termination(
         .map_err(|e| store_status(e, def, &cur.name))?;
     api.reaper.finish_namespace(cur.name.clone());
     Ok(o)
+}
+
+/// What kube-apiserver adds to a created Node: the not-ready taint (TaintNodesByCondition
+/// admission; the node lifecycle controller lifts it) and the zero values Go serializes for
+/// the non-pointer `status.daemonEndpoints` and `status.nodeInfo`. Sent values are kept.
+fn default_node(node: &mut Value) {
+    const NOT_READY: &str = "node.kubernetes.io/not-ready";
+    let Some(obj) = node.as_object_mut() else {
+        return;
+    };
+    let spec = obj.entry("spec").or_insert_with(|| json!({}));
+    if let Some(spec) = spec.as_object_mut() {
+        let taints = spec.entry("taints").or_insert_with(|| json!([]));
+        if let Some(taints) = taints.as_array_mut() {
+            if !taints.iter().any(|t| t["key"] == NOT_READY) {
+                taints.push(json!({"key": NOT_READY, "effect": "NoSchedule"}));
+            }
+        }
+    }
+    let status = obj.entry("status").or_insert_with(|| json!({}));
+    if let Some(status) = status.as_object_mut() {
+        status
+            .entry("daemonEndpoints")
+            .or_insert_with(|| json!({"kubeletEndpoint": {"Port": 0}}));
+        let info = status.entry("nodeInfo").or_insert_with(|| json!({}));
+        if let Some(info) = info.as_object_mut() {
+            for k in [
+                "machineID",
+                "systemUUID",
+                "bootID",
+                "kernelVersion",
+                "osImage",
+                "containerRuntimeVersion",
+                "kubeletVersion",
+                "kubeProxyVersion",
+                "operatingSystem",
+                "architecture",
+            ] {
+                info.entry(k).or_insert_with(|| json!(""));
+            }
+        }
+    }
 }

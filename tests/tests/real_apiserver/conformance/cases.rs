@@ -36,8 +36,6 @@ fn get(name: &'static str, area: &'static str, path: &'static str) -> Case {
     case(name, area, "GET", path)
 }
 
-const NODE_DEFAULTS: &str = "kube-apiserver defaults a created Node (`spec.taints` not-ready:NoSchedule from the TaintNodesByCondition admission plugin; zero-valued `status.daemonEndpoints` and `status.nodeInfo`); the sim stores it as sent";
-
 /// The table. Order matters: later cases read what earlier ones wrote.
 pub(super) fn cases() -> Vec<Case> {
     vec![
@@ -68,8 +66,7 @@ pub(super) fn cases() -> Vec<Case> {
             .body(JSON, "{")
             .differs(&["/message"], "the message quotes the JSON decoder's own error text (Go's vs serde_json's)"),
         case("create node", "create", "POST", "/api/v1/nodes")
-            .body(JSON, r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","labels":{"zone":"a"}}}"#)
-            .sim_bug(&["/spec", "/status"], NODE_DEFAULTS),
+            .body(JSON, r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","labels":{"zone":"a"}}}"#),
         case("create lease", "create", "POST", "/apis/coordination.k8s.io/v1/namespaces/conf/leases")
             .body(JSON, r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l1"},"spec":{"holderIdentity":"h","leaseDurationSeconds":40}}"#),
         // --- get ---
@@ -78,7 +75,7 @@ pub(super) fn cases() -> Vec<Case> {
         get("get in missing namespace: 404", "errors", "/api/v1/namespaces/nope/configmaps/a"),
         get("get resourceVersion=0", "resource versions", "/api/v1/namespaces/conf/configmaps/a?resourceVersion=0"),
         get("get namespace", "get", "/api/v1/namespaces/conf"),
-        get("get node", "get", "/api/v1/nodes/n1").sim_bug(&["/spec", "/status"], NODE_DEFAULTS),
+        get("get node", "get", "/api/v1/nodes/n1"),
         get("get lease", "get", "/apis/coordination.k8s.io/v1/namespaces/conf/leases/l1"),
         // --- list ---
         get("list configmaps", "list", CM),
@@ -87,8 +84,7 @@ pub(super) fn cases() -> Vec<Case> {
         get("list NotOlderThan", "resource versions", "/api/v1/namespaces/conf/configmaps?resourceVersion=${rv_d}&resourceVersionMatch=NotOlderThan").unordered(),
         get("list Exact at an older revision", "resource versions", "/api/v1/namespaces/conf/configmaps?resourceVersion=${rv_b}&resourceVersionMatch=Exact"),
         get("list resourceVersionMatch without resourceVersion", "errors", "/api/v1/namespaces/conf/configmaps?resourceVersionMatch=Exact"),
-        get("list nodes with label selector", "selectors", "/api/v1/nodes?labelSelector=zone%3Da")
-            .sim_bug(&["/items/0/spec", "/items/0/status"], NODE_DEFAULTS),
+        get("list nodes with label selector", "selectors", "/api/v1/nodes?labelSelector=zone%3Da"),
         // --- selectors ---
         get("label =", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=app%3Dweb"),
         get("label !=", "selectors", "/api/v1/namespaces/conf/configmaps?labelSelector=app!%3Dweb"),
@@ -132,8 +128,7 @@ pub(super) fn cases() -> Vec<Case> {
         case("JSON patch failing test op", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
             .body(JSON_PATCH, r#"[{"op":"test","path":"/data/k","value":"nope"}]"#),
         case("patch with unsupported content type: 415", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
-            .body(JSON, r#"{"data":{"x":"1"}}"#)
-            .sim_bug(&["/message", "/details"], "1.20 says `415: Unsupported Media Type` with empty details; the sim lists the accepted patch types (api.rs)"),
+            .body(JSON, r#"{"data":{"x":"1"}}"#),
         case("patch missing object: 404", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/nope")
             .body(MERGE, r#"{"data":{"x":"1"}}"#),
         case("merge patch with stale resourceVersion: 409", "errors", "PATCH", "/api/v1/namespaces/conf/configmaps/a")
@@ -141,29 +136,23 @@ pub(super) fn cases() -> Vec<Case> {
         // --- delete ---
         case("delete with wrong uid precondition: 409", "errors", "DELETE", "/api/v1/namespaces/conf/configmaps/d")
             .body(JSON, r#"{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}}"#),
-        case("delete configmap", "delete", "DELETE", "/api/v1/namespaces/conf/configmaps/d")
-            .sim_bug_codes_only("kube-apiserver answers a `Status` `Success` with `details` {name, kind, uid} for resources without graceful deletion (all here but pods and namespaces); the sim returns the deleted object (api.rs)"),
+        case("delete configmap", "delete", "DELETE", "/api/v1/namespaces/conf/configmaps/d"),
         case("delete missing: 404", "errors", "DELETE", "/api/v1/namespaces/conf/configmaps/d"),
-        case("deletecollection with label selector", "delete", "DELETE", "/api/v1/namespaces/conf/configmaps?labelSelector=app%3Ddb")
-            .sim_bug(&["/items/0/kind", "/items/0/apiVersion"], "the deleted items keep `kind`/`apiVersion`, which typed list items do not have (api.rs builds this list itself)"),
+        case("deletecollection with label selector", "delete", "DELETE", "/api/v1/namespaces/conf/configmaps?labelSelector=app%3Ddb"),
         get("list after deletes", "list", CM),
         // --- watch ---
         get("watch from a resourceVersion: every change in order", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=${rv_start}&timeoutSeconds=1").watch(),
         get("watch with label selector: leaving objects are DELETED", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=${rv_start}&labelSelector=tier&timeoutSeconds=1")
-            .watch()
-            .sim_bug_codes_only("replaying history from a resourceVersion, the sim omits the DELETED event kube-apiserver sends when an object stops matching the selector (a merge patch removed `tier` from `a`) (watch.rs)"),
+            .watch(),
         get("watch with field selector", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=${rv_start}&fieldSelector=metadata.name%3Db&timeoutSeconds=1").watch(),
         get("watch resourceVersion=0: current state first", "watch", "/api/v1/namespaces/conf/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1")
             .watch()
             .unordered(),
         // --- errors ---
-        get("unknown resource: 404", "errors", "/api/v1/namespaces/conf/widgets")
-            .sim_bug(&["/message", "/details"], "kube-apiserver says `the server could not find the requested resource` with empty details; the sim appends the path and has no details (apimodel `Status::path_not_found`, api.rs)"),
-        get("unknown API group: 404", "errors", "/apis/widgets.example.com/v1/widgets")
-            .sim_bug_codes_only("kube-apiserver's mux answers plain text `404 page not found` for an unknown group; the sim a JSON `Status` (api.rs)"),
+        get("unknown resource: 404", "errors", "/api/v1/namespaces/conf/widgets"),
+        get("unknown API group: 404", "errors", "/apis/widgets.example.com/v1/widgets"),
         case("POST to a named object: 405", "errors", "POST", "/api/v1/namespaces/conf/configmaps/a")
-            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#)
-            .sim_bug_uncompared("kube-apiserver: 405 MethodNotAllowed; the sim treats it as a create in the collection (409 AlreadyExists here) (api.rs routing)"),
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#),
         // --- history: the sim keeps --history-window revisions, kube-apiserver compacts etcd
         //     every --etcd-compaction-interval; both forget rv_start after these writes ---
         case("60 merge patches in a row", "patch", "PATCH", "/api/v1/namespaces/conf/configmaps/b")
