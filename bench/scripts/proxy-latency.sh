@@ -20,6 +20,10 @@
 #   MAX_SECONDS=8    seconds of the wrk run that finds the maximum rate
 #   RATE=N           skip step 1 and use N requests/s
 #   MODE=off         tollgate's --mode (issue 3 measures forwarding without enforcement)
+#   PIN=1            pin the proxy under test to CPU 1 and loadgen and the upstream nginx to CPU 0
+#                    (taskset), so the proxies' tails are not the load generator's queueing on
+#                    a shared core; each proxy then runs on one core (tokio sizes its runtime
+#                    from the affinity mask)
 #   RESULTS=path     where to write the results (default bench/RESULTS.md; "-" prints only)
 set -euo pipefail
 
@@ -30,6 +34,14 @@ MAX_SECONDS=${MAX_SECONDS:-8}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
 MODE=${MODE:-off}
 TARGET=1.5
+PIN=${PIN:-}
+# Where the proxies and the load side run (PIN=1), or nowhere in particular.
+ON_PROXY_CPU=() ON_LOAD_CPU=()
+if [[ -n "$PIN" ]]; then
+    command -v taskset >/dev/null || die "taskset is missing (util-linux)"
+    [[ $(nproc) -ge 2 ]] || die "PIN=1 needs 2 CPUs"
+    ON_PROXY_CPU=(taskset -c 1) ON_LOAD_CPU=(taskset -c 0)
+fi
 
 BENCH=proxy-latency
 # shellcheck source=lib.sh
@@ -67,19 +79,19 @@ EOF
 chmod 644 "$TMP/www/pod.json"
 UP_PORT=$(free_port)
 nginx_conf "$TMP/up" "$UP_PORT" "root $TMP/www; location / { default_type application/json; try_files /pod.json =404; }"
-"$NGINX" -p "$TMP/up" -c "$TMP/up/nginx.conf" >"$TMP/up/logs/stdout" 2>&1 &
+"${ON_LOAD_CPU[@]}" "$NGINX" -p "$TMP/up" -c "$TMP/up/nginx.conf" >"$TMP/up/logs/stdout" 2>&1 &
 PIDS+=($!)
 declare -A URL
 URL[direct]=http://127.0.0.1:$UP_PORT
 wait_http "${URL[direct]}/healthz" "${PIDS[-1]}" "upstream nginx"
 
-"$BIN_DIR/minproxy" --listen 127.0.0.1:0 --upstream "${URL[direct]}" >"$TMP/minproxy.out" 2>&1 &
+"${ON_PROXY_CPU[@]}" "$BIN_DIR/minproxy" --listen 127.0.0.1:0 --upstream "${URL[direct]}" >"$TMP/minproxy.out" 2>&1 &
 PIDS+=($!)
 URL[minproxy]=$(wait_line "$TMP/minproxy.out" "minproxy serving at " "${PIDS[-1]}" minproxy)
 
 NP_PORT=$(free_port)
 nginx_proxy_conf "$TMP/np" "$NP_PORT" "$UP_PORT"
-"$NGINX" -p "$TMP/np" -c "$TMP/np/nginx.conf" >"$TMP/np/logs/stdout" 2>&1 &
+"${ON_PROXY_CPU[@]}" "$NGINX" -p "$TMP/np" -c "$TMP/np/nginx.conf" >"$TMP/np/logs/stdout" 2>&1 &
 PIDS+=($!)
 URL[nginx]=http://127.0.0.1:$NP_PORT
 wait_http "${URL[nginx]}/healthz" "${PIDS[-1]}" "nginx proxy"
@@ -89,7 +101,7 @@ upstream:
   healthCheck: {enabled: true, path: /healthz, intervalSeconds: 5, timeoutSeconds: 2}
   metricsScrape: {enabled: false}
 EOF
-"$BIN_DIR/tollgate" --mode "$MODE" --config "$TMP/tollgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+"${ON_PROXY_CPU[@]}" "$BIN_DIR/tollgate" --mode "$MODE" --config "$TMP/tollgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --upstream "${URL[direct]}" >"$TMP/tollgate.out" 2>"$TMP/tollgate.err" &
 PIDS+=($!)
 URL[tollgate]=$(wait_line "$TMP/tollgate.out" "tollgate serving at " "${PIDS[-1]}" tollgate)
@@ -99,7 +111,7 @@ POD_PATH=/api/v1/namespaces/default/pods/loadgen-pod-0
 
 # --- 1. tollgate's maximum rate ------------------------------------------------------------
 if [[ -z "${RATE:-}" ]]; then
-    wrk -t1 -c16 -d"${MAX_SECONDS}s" "${URL[tollgate]}$POD_PATH" >"$TMP/wrk.max" 2>&1 || die "wrk failed: $(cat "$TMP/wrk.max")"
+    "${ON_LOAD_CPU[@]}" wrk -t1 -c16 -d"${MAX_SECONDS}s" "${URL[tollgate]}$POD_PATH" >"$TMP/wrk.max" 2>&1 || die "wrk failed: $(cat "$TMP/wrk.max")"
     MAX=$(awk '/^Requests\/sec/ {printf "%d", $2}' "$TMP/wrk.max")
     RATE=$((MAX / 2))
     log "tollgate's maximum rate: $MAX requests/s (wrk -t1 -c16); load at $RATE/s"
@@ -112,7 +124,7 @@ TARGETS=(direct minproxy tollgate nginx)
 declare -A P99S
 run() { # run TARGET ROUND
     local t=$1 out=$TMP/lg.$1.$2
-    "$BIN_DIR/loadgen" --server "${URL[$t]}" --gets "$RATE/s" --get-resource pods -n default --objects 1 \
+    "${ON_LOAD_CPU[@]}" "$BIN_DIR/loadgen" --server "${URL[$t]}" --gets "$RATE/s" --get-resource pods -n default --objects 1 \
         --duration "${DURATION}s" --no-progress --output "$out" >"$out.log" 2>&1 \
         || die "loadgen against $t failed: $(tail -5 "$out.log")"
     P99S[$t]="${P99S[$t]:-} $(python3 - "$out/summary.json" <<'PY'
@@ -155,6 +167,7 @@ other work: load average $LOAD_BEFORE before, $LOAD_AFTER after. Upstream: nginx
 1 KB pod object at every path. tollgate's maximum rate (wrk -t1 -c16, ${MAX_SECONDS} s): $MAX
 requests/s; the load is open-loop GETs of \`$POD_PATH\` at **$RATE/s** from loadgen (HTTP/1.1,
 latency from each request's intended start), ${DURATION} s per run, targets interleaved.
+${PIN:+CPUs pinned (PIN=1): each proxy on CPU 1, loadgen, wrk and the upstream nginx on CPU 0.}
 
 | target | p99 per round (ms) | median p99 | median p50 | added p99 over direct |
 |---|---|---|---|---|

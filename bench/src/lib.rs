@@ -4,7 +4,7 @@
 //! - [`sim`]: the simulated kube-apiserver (`tollgate-bench sim`).
 //! - [`capacity`]: the capacity search (`tollgate-bench capacity`).
 //! - [`report`]: the HTML and Markdown reports (`tollgate-bench report`).
-//! - [`demo`]: the three-run demo (`tollgate-bench demo`).
+//! - [`demo`]: the four-run demo (`tollgate-bench demo`).
 //! - [`process`]: child processes and `/metrics` scrapes the demo and capacity runs share.
 #![forbid(unsafe_code)]
 

@@ -23,8 +23,9 @@ enum Command {
     /// Write the HTML report (report.html, self-contained) and its Markdown of a capacity,
     /// demo or loadgen output directory.
     Report(ReportArgs),
-    /// Show what tollgate does: the same workload three times on a simulated control plane
-    /// (heartbeats only, LIST storm without tollgate, through tollgate), then a report.
+    /// Show what tollgate does: four runs on a simulated control plane (heartbeats only,
+    /// direct and through tollgate; LIST storm without tollgate, through tollgate), then a
+    /// report.
     Demo(bench::demo::DemoArgs),
 }
 

@@ -49,6 +49,10 @@ pub enum Command {
     Cleanup(crate::seed::CleanupArgs),
     /// Simulate nodes: a run whose load is --count nodes' heartbeats, leases and daemons (any run flag applies).
     Nodes(Box<NodesCommand>),
+    /// Load etcd directly: range reads over a prefix, puts, watches (see `loadgen etcd --help`).
+    Etcd(Box<crate::etcd::EtcdArgs>),
+    /// Run a scenario file: steps in series, phases in parallel, measurements and SLO verdicts (loadgen/SCENARIOS.md).
+    Run(Box<crate::scenario::ScenarioArgs>),
 }
 
 /// `loadgen nodes --count N [RUN FLAGS]`: `loadgen --nodes N [RUN FLAGS]`.
@@ -398,6 +402,18 @@ impl RunArgs {
         let mut nodes = self.node_args.spec(&namespace, &self.object_prefix);
         if let Some(n) = nodes.as_mut() {
             n.shard = self.shard;
+            n.stages =
+                crate::stages::StagesSpec::load(&self.node_args.stages, self.node_args.time_scale)
+                    .map_err(|e| CliError::Invalid {
+                        flag: "stages",
+                        message: e.to_string(),
+                    })?;
+        }
+        if nodes.is_none() && !self.node_args.stages.is_empty() {
+            return Err(CliError::Invalid {
+                flag: "stages",
+                message: "Stages drive simulated nodes: give --nodes, --preset or `loadgen nodes --count N`".into(),
+            });
         }
         if operations.is_empty() && watches.is_none() && burst.is_none() && nodes.is_none() {
             return Err(CliError::NoOperations);

@@ -22,16 +22,20 @@
 //! - [`metrics`]: `--metrics-listen`, loadgen's own `loadgen_` metrics.
 //! - [`output`]: `--output DIR` files (summary, perfdata, timeseries.csv, histograms).
 //! - [`progress`]: the live indicatif line.
+//! - [`scenario`]: `loadgen run SCENARIO.yaml`: steps, phases, tuning sets, templates, measurements, SLO verdicts.
 //! - [`safety`]: namespace allow-list, object cap, `--dry-run` plan.
 //! - [`nodes`]: `--nodes N` / `loadgen nodes`: simulated kubelets (heartbeats, leases), daemons, `--bind`, presets.
+//! - [`stages`]: kwok-compatible Stages: pod and node lifecycles driven by watch events (`--stages`).
 //! - [`seed`]: `loadgen seed` / `cleanup` (fake nodes and pods, removed by label).
 //! - [`server_metrics`]: `--server-metrics` scraping (CPU and memory of the server).
+//! - [`etcd`]: `loadgen etcd`: direct etcd load (ranges, puts, watches) recorded like the API operations.
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod conn;
 pub mod credentials;
 mod drive;
+pub mod etcd;
 pub mod exec;
 pub mod kubeconfig;
 pub mod merge;
@@ -45,10 +49,12 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod safety;
+pub mod scenario;
 pub mod schedule;
 pub mod seed;
 pub mod send;
 pub mod server_metrics;
+pub mod stages;
 pub mod target;
 pub mod watch;
 

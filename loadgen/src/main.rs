@@ -18,6 +18,8 @@ fn main() -> ExitCode {
         .init();
     let config = match cli.command {
         Some(Command::Nodes(nodes)) => (*nodes).into_config(),
+        Some(Command::Etcd(args)) => return etcd(*args),
+        Some(Command::Run(args)) => return loadgen::scenario::cli_main(*args),
         Some(command) => return finish(tool(command)),
         None => cli.run.into_config(),
     };
@@ -85,6 +87,10 @@ fn tool(command: Command) -> anyhow::Result<()> {
         }
         // Handled as a run by `main`.
         Command::Nodes(_) => Ok(()),
+        // Handled by `main` (its flag errors exit 64 like a run's).
+        Command::Etcd(_) => Ok(()),
+        // Handled by `main`: its exit status is the scenario's verdict.
+        Command::Run(_) => Ok(()),
         Command::Cleanup(args) => {
             let rt = tokio::runtime::Runtime::new()?;
             let tally = rt.block_on(loadgen::seed::cleanup(&args))?;
@@ -100,4 +106,37 @@ fn tool(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `loadgen etcd`: flag errors exit 64, run errors 1.
+fn etcd(args: loadgen::etcd::EtcdArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("loadgen etcd: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    finish((|| {
+        let rt = tokio::runtime::Runtime::new()?;
+        rt.block_on(async {
+            let shutdown = CancellationToken::new();
+            let on_signal = shutdown.clone();
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    tracing::warn!("interrupted: stopping and writing results");
+                    on_signal.cancel();
+                }
+            });
+            let seed_only =
+                config.ranges.is_none() && config.puts.is_none() && config.watches.is_none();
+            let report = loadgen::etcd::run(config, shutdown).await?;
+            if seed_only {
+                println!("etcd: seed in place");
+            } else {
+                print!("{}", report.table());
+            }
+            Ok(())
+        })
+    })())
 }

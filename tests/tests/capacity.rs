@@ -137,3 +137,50 @@ fn a_killed_run_resumes_without_repeating_an_experiment() {
         .collect();
     assert_eq!(values, vec![2.0, 2.0]);
 }
+
+/// Through tollgate, each experiment samples tollgate's quota pool once a second into its
+/// `quota.csv`, and the report charts it.
+#[test]
+fn an_experiment_through_tollgate_records_the_quota_pool() {
+    const BURST: f64 = 1_000_000.0;
+    let execution = format!(
+        r#"
+name: through-tollgate
+sut:
+  sim: {{args: [--pods, "20"]}}
+  tollgate: {{args: [--mode, enforce, --quota-bytes-per-second, "{{resource}}", --quota-burst-bytes, "{BURST}"]}}
+loadgen:
+  args: [--lists, "{{load}}/s", --list-resource, pods, -A]
+duration: 4s
+load: {{name: LIST calls/s, values: [2]}}
+resource: {{name: quota bytes/s, values: [100000]}}
+slos:
+  - {{name: LISTs served per minute, operation: list, measure: okPerMinute, min: 1}}
+search: {{metric: capacity, strategy: full}}
+"#
+    );
+    let (_tmp, dir) = setup();
+    std::fs::write(dir.join("exec.yaml"), execution).expect("writing exec.yaml");
+    let out = command(&dir).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let recs = records(&dir);
+    assert_eq!(recs.len(), 1, "{stderr}");
+    let exp = dir
+        .join("out")
+        .join(recs[0]["output"].as_str().expect("output"));
+    let csv = std::fs::read_to_string(exp.join("quota.csv")).expect("quota.csv");
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("second,quota_available_bytes"));
+    let levels: Vec<f64> = lines
+        .map(|l| {
+            let (_, v) = l.split_once(',').expect("two columns");
+            v.parse().expect("a number")
+        })
+        .collect();
+    // A 4-second run sampled each second; the pool never holds more than its burst.
+    assert!(levels.len() >= 2, "{csv}");
+    assert!(levels.iter().all(|v| *v <= BURST), "{csv}");
+    let html = std::fs::read_to_string(dir.join("out/report.html")).expect("report.html");
+    assert!(html.contains("Quota pool level"), "no quota chart");
+}

@@ -1,13 +1,15 @@
 //! `tollgate-bench demo --quick` end to end (what CI runs), and the capacity search over cluster
-//! sizes with its sizing report. The demo: the three runs on the modeled
-//! simulated control plane with the real binaries, then
-//! - `summary.json` holds the three runs, each with loadgen's summary for that run, and the
-//!   headline;
-//! - the ordering holds with loose bounds: the baseline's heartbeat PATCH p99 is the best, and
-//!   the protected run is better than the unprotected one (lower p99, or the unprotected
-//!   apiserver crashed and the protected one did not);
+//! sizes with its sizing report. The demo: the four runs on the modeled simulated control
+//! plane with the real binaries (heartbeats only, direct and through tollgate; the LIST storm
+//! without and through tollgate), then
+//! - `summary.json` holds the four runs, each with loadgen's summary for that run, the
+//!   headline and the two headline ratios (computed from the headline's own p99s);
+//! - the ordering holds with loose bounds: the direct baseline's heartbeat PATCH p99 is the
+//!   best, the baseline through tollgate beats the unprotected storm, and the protected run is
+//!   better than the unprotected one (lower p99, or the unprotected apiserver crashed and the
+//!   protected one did not);
 //! - `report.html` fetches nothing (no http(s) URL in any src or href) and, opened in headless
-//!   Chromium, shows its charts (SVG paths and data points) and the headline numbers.
+//!   Chromium, shows its charts (SVG paths and data points), the headline numbers and ratios.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tests::bench_command;
 
-/// The quick demo is ~1 minute of load; starting three control planes of 10,000 pods on a busy
+/// The quick demo is ~1 minute of load; starting four control planes of 10,000 pods on a busy
 /// 2-core machine adds to it.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(420);
 
@@ -159,15 +161,18 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
         stdout.contains(&page.display().to_string()),
         "the demo did not say where the report is:\n{stdout}"
     );
-    assert!(stderr.contains("[3/3]"), "no progress shown:\n{stderr}");
+    assert!(stderr.contains("[4/4]"), "no progress shown:\n{stderr}");
 
-    // summary.json: three runs, each with loadgen's summary, and the headline.
+    // summary.json: four runs, each with loadgen's summary, the headline and its ratios.
     let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
     let s: serde_json::Value = serde_json::from_str(&text).expect("summary.json is JSON");
     assert_eq!(s["schema"], "tollgate.demo/v1");
     let runs = s["runs"].as_array().expect("runs");
     let names: Vec<&str> = runs.iter().filter_map(|r| r["name"].as_str()).collect();
-    assert_eq!(names, ["baseline", "unprotected", "protected"]);
+    assert_eq!(
+        names,
+        ["baseline", "baseline-tollgate", "unprotected", "protected"]
+    );
     for r in runs {
         assert_eq!(r["loadgen"]["schema"], "loadgen.summary/v1", "{r:#}");
         let ops: Vec<&str> = r["loadgen"]["operations"]
@@ -177,7 +182,13 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
             .filter_map(|o| o["name"].as_str())
             .collect();
         assert!(ops.contains(&"patch"), "{ops:?}");
-        assert_eq!(ops.contains(&"list"), r["name"] != "baseline", "{ops:?}");
+        let storm = r["name"] == "unprotected" || r["name"] == "protected";
+        assert_eq!(ops.contains(&"list"), storm, "{ops:?}");
+        assert_eq!(
+            r["throughTollgate"].as_bool(),
+            Some(r["name"] == "baseline-tollgate" || r["name"] == "protected"),
+            "{r:#}"
+        );
     }
     let h = |run: &str| -> &serde_json::Value {
         s["headline"]
@@ -187,19 +198,26 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
             .find(|h| h["run"] == run)
             .expect("a headline per run")
     };
-    let (base, unprot, prot) = (h("baseline"), h("unprotected"), h("protected"));
+    let (base, base_tg, unprot, prot) = (
+        h("baseline"),
+        h("baseline-tollgate"),
+        h("unprotected"),
+        h("protected"),
+    );
     let p99 = |h: &serde_json::Value| f(&h["patchP99Ms"]);
     let crashes = |h: &serde_json::Value| h["simCrashes"].as_u64().unwrap_or(0);
     let report = format!(
-        "PATCH p99 ms: baseline {}, unprotected {} ({} crashes, {} errors), protected {} \
-         ({} LISTs/min, {} 429s); demo took {took:?}",
+        "PATCH p99 ms: baseline {}, through tollgate {}, unprotected {} ({} crashes, {} errors), \
+         protected {} ({} LISTs/min, {} 429s); ratios {}; demo took {took:?}",
         p99(base),
+        p99(base_tg),
         p99(unprot),
         crashes(unprot),
         unprot["errors"],
         p99(prot),
         prot["listsServedPerMinute"],
-        prot["rejected429"]
+        prot["rejected429"],
+        s["ratios"]
     );
     eprintln!("{report}");
     // Loose bounds: a shared CI machine is noisy; the ordering is what must hold.
@@ -208,6 +226,29 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
         p99(base) <= p99(unprot) && p99(base) <= 1.5 * p99(prot) + 10.0,
         "the baseline is not the best: {report}"
     );
+    assert!(
+        p99(base_tg) <= p99(unprot),
+        "heartbeats through tollgate alone were slower than under the unprotected storm: {report}"
+    );
+    // The ratios are the headline's own p99s divided, each by the baseline on its path.
+    let ratios = &s["ratios"];
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    assert!(
+        close(
+            f(&ratios["protectedVsTollgateBaseline"]),
+            p99(prot) / p99(base_tg)
+        ),
+        "{report}"
+    );
+    assert!(
+        close(
+            f(&ratios["unprotectedVsDirectBaseline"]),
+            p99(unprot) / p99(base)
+        ),
+        "{report}"
+    );
+    assert_eq!(ratios["protectedTarget"], 1.5, "{report}");
+    assert_eq!(ratios["unprotectedTarget"], 10.0, "{report}");
     assert_eq!(
         crashes(prot),
         0,
@@ -240,7 +281,7 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
         "charts missing from the rendered page: {svgs} svg, {paths} lines, {points} points"
     );
     // The headline numbers, as the page formats them.
-    for hl in [base, unprot, prot] {
+    for hl in [base, base_tg, unprot, prot] {
         let title = hl["title"].as_str().expect("title");
         assert!(dom.contains(title), "{title} missing from the page");
         let shown = bench::report::fmt(p99(hl));
@@ -249,6 +290,11 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
             "PATCH p99 {shown} of {title} missing from the page"
         );
     }
+    let ratio = format!("{:.2}×", f(&ratios["protectedVsTollgateBaseline"]));
+    assert!(
+        dom.contains(&format!("<td>{ratio}</td>")),
+        "the protected ratio {ratio} is missing from the page"
+    );
 }
 
 /// The capacity search over two cluster sizes (the sim seeded with 10 and 20 nodes), with an

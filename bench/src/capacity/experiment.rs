@@ -1,5 +1,7 @@
 //! One SLO experiment: start the system under test for one (load, resource) cell, run loadgen
-//! against it, check the SLOs on its `summary.json`, stop everything.
+//! against it, check the SLOs on its `summary.json`, stop everything. Through tollgate, its
+//! quota pool level is sampled each second into the experiment's `quota.csv` (the report
+//! charts it).
 //!
 //! The programs are the workspace's own binaries, run as child processes (each killed when
 //! its handle drops, so an error or Ctrl-C leaves nothing behind): `tollgate-bench sim`,
@@ -9,11 +11,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use tokio_util::sync::CancellationToken;
 
-use crate::process::{run_ok, start, word_after};
+use crate::process::{run_ok, start, word_after, Scraper};
 
 use super::execution::{number, substitute, Execution};
 use super::results::{Record, SloOutcome};
+use super::samples;
 use super::search::Cell;
 use super::slo::Summary;
 
@@ -108,6 +112,7 @@ pub async fn run(
         upstream = vec!["--upstream-kubeconfig".into(), k.display().to_string()];
     }
     let mut _tollgate = None;
+    let mut tollgate_metrics = None;
     if let Some(tg) = &exec.sut.tollgate {
         let mut args = vec![
             "--listen".to_owned(),
@@ -122,6 +127,7 @@ pub async fn run(
         let url = word_after(&t.line, READY)
             .context("tollgate's ready line has no URL")?
             .to_owned();
+        tollgate_metrics = word_after(&t.line, "(admin ").map(|a| format!("{a}/metrics"));
         target = vec!["--server".into(), url];
         if let Some(k) = &exec.sut.kubeconfig {
             // Credentials stay the cluster's; only the address is tollgate's.
@@ -154,13 +160,28 @@ pub async fn run(
         "--no-progress".into(),
     ]);
     let limit = humantime_secs(&exec.duration).unwrap_or(600.0) * 2.0 + 180.0;
-    run_ok(
+    let done = CancellationToken::new();
+    let sampler = tollgate_metrics.map(|url| {
+        tokio::spawn(samples::each_second(
+            Scraper::new(),
+            url,
+            "tollgate_quota_available_bytes",
+            done.clone(),
+        ))
+    });
+    let ran = run_ok(
         &bins.loadgen,
         &args,
         &dir.join("loadgen.log"),
         Duration::from_secs_f64(limit),
     )
-    .await?;
+    .await;
+    done.cancel();
+    if let Some(sampler) = sampler {
+        let quota = sampler.await.unwrap_or_default();
+        samples::write_csv(&dir.join("quota.csv"), "quota_available_bytes", &quota)?;
+    }
+    ran?;
     let summary_path = out.join("summary.json");
     let text = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("reading {}", summary_path.display()))?;

@@ -8,6 +8,7 @@
 //! - [`slo`]: SLOs checked against loadgen's `summary.json`.
 //! - [`results`]: the append-only results file that replay reads.
 //! - [`experiment`]: one experiment: start the system under test, run loadgen, check SLOs.
+//! - [`samples`]: metrics sampled each second during an experiment (tollgate's quota pool).
 //! - [`run`]: the command: replay, search, write `capacity.json` and `summary.md`.
 
 pub use run::CapacityArgs;
@@ -16,5 +17,6 @@ pub mod execution;
 pub mod experiment;
 pub mod results;
 pub mod run;
+pub mod samples;
 pub mod search;
 pub mod slo;

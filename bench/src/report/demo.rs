@@ -1,6 +1,7 @@
-//! The demo's `summary.json` (schema `tollgate.demo/v1`) and its report: the three runs side
-//! by side (baseline heartbeats, LIST storm without tollgate, LIST storm through tollgate),
-//! each holding loadgen's summary for that run, and the headline figures.
+//! The demo's `summary.json` (schema `tollgate.demo/v1`) and its report: the four runs side
+//! by side (baseline heartbeats direct and through tollgate, LIST storm without tollgate, LIST
+//! storm through tollgate), each holding loadgen's summary for that run, the headline figures
+//! and the headline ratios with their targets.
 //!
 //! Layout of a demo directory:
 //! - `summary.json`, `summary.md`, `report.html`;
@@ -27,6 +28,132 @@ pub struct DemoSummary {
     pub setup: Setup,
     pub runs: Vec<RunSummary>,
     pub headline: Vec<Headline>,
+    /// The two headline ratios; absent in summaries written before there were four runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratios: Option<Ratios>,
+}
+
+/// The protected run must stay within this multiple of the baseline through tollgate.
+pub const PROTECTED_TARGET: f64 = 1.5;
+/// The unprotected run must be at least this multiple of the direct baseline (or crash).
+pub const UNPROTECTED_TARGET: f64 = 10.0;
+
+/// The demo's two claims as heartbeat PATCH p99 ratios, each against the baseline that takes
+/// the same path: tollgate's own cost is not charged to the storm, nor hidden from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ratios {
+    /// protected p99 / baseline-through-tollgate p99.
+    pub protected_vs_tollgate_baseline: Option<f64>,
+    pub protected_target: f64,
+    /// `protected_vs_tollgate_baseline <= protected_target` (None: a p99 is missing).
+    pub protected_met: Option<bool>,
+    /// unprotected p99 / direct baseline p99.
+    pub unprotected_vs_direct_baseline: Option<f64>,
+    pub unprotected_target: f64,
+    /// The unprotected run's apiserver crashed (the target is met either way then).
+    pub unprotected_crashed: bool,
+    pub unprotected_met: Option<bool>,
+    /// baseline-through-tollgate p99 / direct baseline p99: what tollgate alone adds.
+    pub tollgate_baseline_vs_direct: Option<f64>,
+}
+
+impl Ratios {
+    pub fn of(h: &[Headline]) -> Ratios {
+        let get = |n: &str| h.iter().find(|x| x.run == n);
+        let p99 = |n: &str| get(n).and_then(|x| x.patch_p99_ms);
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let protected = ratio(p99("protected"), p99("baseline-tollgate"));
+        let unprotected = ratio(p99("unprotected"), p99("baseline"));
+        let crashed = get("unprotected").is_some_and(|u| u.sim_crashes > 0);
+        Ratios {
+            protected_vs_tollgate_baseline: protected,
+            protected_target: PROTECTED_TARGET,
+            protected_met: protected.map(|r| r <= PROTECTED_TARGET),
+            unprotected_vs_direct_baseline: unprotected,
+            unprotected_target: UNPROTECTED_TARGET,
+            unprotected_crashed: crashed,
+            unprotected_met: if crashed {
+                Some(true)
+            } else {
+                unprotected.map(|r| r >= UNPROTECTED_TARGET)
+            },
+            tollgate_baseline_vs_direct: ratio(p99("baseline-tollgate"), p99("baseline")),
+        }
+    }
+
+    /// The ratios and whether each target is met, in one sentence.
+    pub fn sentence(&self) -> String {
+        let r = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2}×"));
+        let met = |m: Option<bool>| match m {
+            Some(true) => "met",
+            Some(false) => "NOT met",
+            None => "unknown",
+        };
+        format!(
+            "Headline ratios (heartbeat PATCH p99): protected / baseline through tollgate = {} \
+             (target ≤ {}×: {}); unprotected / direct baseline = {}{} (target ≥ {}× or a \
+             crash: {}); tollgate alone adds {} over the direct baseline.",
+            r(self.protected_vs_tollgate_baseline),
+            fmt(self.protected_target),
+            met(self.protected_met),
+            r(self.unprotected_vs_direct_baseline),
+            if self.unprotected_crashed {
+                ", apiserver crashed"
+            } else {
+                ""
+            },
+            fmt(self.unprotected_target),
+            met(self.unprotected_met),
+            r(self.tollgate_baseline_vs_direct),
+        )
+    }
+
+    /// The ratios as a table.
+    pub fn table(&self) -> Table {
+        let r = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2}×"));
+        let met = |m: Option<bool>| match m {
+            Some(true) => "yes".to_owned(),
+            Some(false) => "no".to_owned(),
+            None => "–".to_owned(),
+        };
+        Table {
+            header: ["heartbeat PATCH p99 ratio", "measured", "target", "met"]
+                .map(String::from)
+                .to_vec(),
+            rows: vec![
+                vec![
+                    "protected / baseline through tollgate".into(),
+                    r(self.protected_vs_tollgate_baseline),
+                    format!("≤ {}×", fmt(self.protected_target)),
+                    met(self.protected_met),
+                ],
+                vec![
+                    "unprotected / direct baseline".into(),
+                    format!(
+                        "{}{}",
+                        r(self.unprotected_vs_direct_baseline),
+                        if self.unprotected_crashed {
+                            " (crashed)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    format!("≥ {}× or a crash", fmt(self.unprotected_target)),
+                    met(self.unprotected_met),
+                ],
+                vec![
+                    "baseline through tollgate / direct baseline".into(),
+                    r(self.tollgate_baseline_vs_direct),
+                    "–".into(),
+                    "–".into(),
+                ],
+            ],
+        }
+    }
 }
 
 /// What every run shared.
@@ -178,6 +305,15 @@ pub fn verdict(h: &[Headline]) -> String {
                 fmt(p),
                 p / b
             );
+            // Four-run demos: the protected run against the baseline on its own path.
+            if let Some(bt) = p99("baseline-tollgate").filter(|v| *v > 0.0) {
+                s.push_str(&format!(
+                    " Through tollgate without LISTs: {} ms; the protected run's is {:.2}× \
+                     that.",
+                    fmt(bt),
+                    p / bt
+                ));
+            }
         }
     }
     if let Some(u) = get("unprotected").filter(|u| u.sim_crashes > 0) {
@@ -251,8 +387,11 @@ pub fn document(dir: &Path) -> Result<Document, ReportError> {
         let quota = read_samples(&run_dir.join("quota.csv"))?;
         runs.push((r, lg, memory, quota));
     }
+    let ratios = s.ratios.clone().unwrap_or_else(|| Ratios::of(&s.headline));
     let mut blocks = vec![
         Block::Text(verdict(&s.headline)),
+        Block::Text(ratios.sentence()),
+        Block::Table(ratios.table()),
         Block::Text(format!(
             "Setup: a simulated control plane with the modeled cost (a 2-core apiserver and \
              etcd), {} nodes and {} pods; {} nodes heartbeat with status PATCHes at {}/s; the \
@@ -420,5 +559,41 @@ mod tests {
         assert!(v.contains("answered 5 with 429"), "{v}");
         let t = headline_table(&[h("baseline", 10.0, 0)]);
         assert_eq!(t.rows[0][1], "10");
+    }
+
+    #[test]
+    fn ratios_compare_each_run_with_the_baseline_on_its_path() {
+        let mut runs = vec![
+            h("baseline", 10.0, 0),
+            h("baseline-tollgate", 20.0, 0),
+            h("unprotected", 90.0, 0),
+            h("protected", 36.0, 0),
+        ];
+        let r = Ratios::of(&runs);
+        assert_eq!(r.protected_vs_tollgate_baseline, Some(1.8));
+        assert_eq!(r.protected_met, Some(false));
+        assert_eq!(r.unprotected_vs_direct_baseline, Some(9.0));
+        assert_eq!(r.unprotected_met, Some(false));
+        assert_eq!(r.tollgate_baseline_vs_direct, Some(2.0));
+        assert!(
+            r.sentence().contains("1.80× (target ≤ 1.5×: NOT met)"),
+            "{}",
+            r.sentence()
+        );
+        // A crash meets the unprotected target whatever the p99.
+        runs[2].sim_crashes = 1;
+        runs[3].patch_p99_ms = Some(30.0);
+        let r = Ratios::of(&runs);
+        assert_eq!(
+            (r.protected_met, r.unprotected_met),
+            (Some(true), Some(true))
+        );
+        assert_eq!(r.table().rows[1][1], "9.00× (crashed)");
+        // Three-run summaries (no baseline through tollgate) have no protected ratio.
+        let r = Ratios::of(&[h("baseline", 10.0, 0), h("protected", 12.0, 0)]);
+        assert_eq!(
+            (r.protected_vs_tollgate_baseline, r.protected_met),
+            (None, None)
+        );
     }
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::demo::{DemoSummary, Headline, RunSummary, Setup, SCHEMA};
+use super::demo::{DemoSummary, Headline, Ratios, RunSummary, Setup, SCHEMA};
 use super::loadgen::LoadgenRun;
 use super::write_report;
 
@@ -71,6 +71,7 @@ fn a_demo_directory_renders_self_contained_with_its_numbers() {
     let mut headline = Vec::new();
     for (name, p99, storm, tg) in [
         ("baseline", 12.0, false, false),
+        ("baseline-tollgate", 13.0, false, true),
         ("unprotected", 4321.0, true, false),
         ("protected", 15.5, true, true),
     ] {
@@ -93,8 +94,9 @@ fn a_demo_directory_renders_self_contained_with_its_numbers() {
         headline.push(Headline::of(&run, &lg));
         runs.push(run);
     }
-    assert_eq!(headline[2].rejected_429, 20);
-    assert_eq!(headline[2].lists_served_per_minute, 60.0);
+    assert_eq!(headline[3].rejected_429, 20);
+    assert_eq!(headline[3].lists_served_per_minute, 60.0);
+    let ratios = Ratios::of(&headline);
     let summary = DemoSummary {
         schema: SCHEMA.into(),
         quick: true,
@@ -113,6 +115,7 @@ fn a_demo_directory_renders_self_contained_with_its_numbers() {
         },
         runs,
         headline,
+        ratios: Some(ratios),
     };
     std::fs::write(
         dir.join("summary.json"),
@@ -124,7 +127,15 @@ fn a_demo_directory_renders_self_contained_with_its_numbers() {
     assert_self_contained(&html);
     assert!(html.matches("<svg").count() >= 8, "charts missing");
     assert!(html.matches("class=\"point\"").count() >= 100);
-    for n in ["4321", "15.5", "12", "unprotected run"] {
+    // 15.5 / 13 (protected / baseline through tollgate), 4321 / 12 with a crash.
+    for n in [
+        "4321",
+        "15.5",
+        "12",
+        "unprotected run",
+        "1.19×",
+        "360.08× (crashed)",
+    ] {
         assert!(html.contains(&format!("<td>{n}</td>")), "{n} missing");
     }
     let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();

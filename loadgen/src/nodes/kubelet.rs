@@ -137,7 +137,21 @@ pub async fn register(client: &ApiClient, spec: &NodeSimSpec) -> Result<Vec<Stri
                 .map(|k| format!("{}node-{k}", spec.object_prefix))
                 .collect();
             let count = names.len() as u64;
-            let node = |i: u64| node_json(&names[i as usize]);
+            // With node Stages the node starts as kwok's do, without status: they fill it in.
+            let bare = spec
+                .stages
+                .loaded
+                .as_ref()
+                .is_some_and(|s| s.has(crate::stages::Kind::Node));
+            let node = |i: u64| {
+                let mut n = node_json(&names[i as usize]);
+                if bare {
+                    if let Some(m) = n.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+                n
+            };
             create_all(client, "node", "/api/v1/nodes", count, node).await?;
             names
         }

@@ -71,9 +71,20 @@ pub struct NodeSimSpec {
     pub daemon_watch_timeout: Option<Duration>,
     /// `--shard i/N`: this process simulates nodes `K` with `K mod N == i`.
     pub shard: Option<crate::Shard>,
+    /// `--stages`, `--time-scale`: kwok Stages driving the nodes and their pods.
+    pub stages: crate::stages::StagesSpec,
 }
 
 impl NodeSimSpec {
+    /// The status heartbeat interval loadgen itself keeps: none when a
+    /// loaded Stage heartbeats the nodes (never patched twice).
+    pub fn own_heartbeat(&self) -> Duration {
+        match &self.stages.loaded {
+            Some(set) if set.has_node_heartbeat() => Duration::ZERO,
+            _ => self.heartbeat,
+        }
+    }
+
     /// The node indices `K` this process simulates.
     pub fn indices(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.count).filter(move |k| match self.shard {
@@ -104,6 +115,8 @@ pub struct NodesStats {
     pub bound: Arc<AtomicU64>,
     /// The daemons' watch counters (kept apart from `--watches`).
     pub watch: Arc<WatchStats>,
+    /// The Stage engine's counters, with `--stages`.
+    pub stages: std::sync::OnceLock<Arc<crate::stages::engine::EngineStats>>,
 }
 
 /// `summary.json` → `nodes`.
@@ -116,6 +129,9 @@ pub struct NodesSummary {
     pub pods_bound: u64,
     /// The daemons' watches: `{watchers, active_at_end, events, …}`.
     pub daemon_watches: crate::report::WatchSummary,
+    /// With `--stages`: Stages applied by name, failed requests, render errors, dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<crate::stages::engine::StagesSummary>,
 }
 
 impl NodesStats {
@@ -124,7 +140,7 @@ impl NodesStats {
         let w = &self.watch;
         NodesSummary {
             nodes: get(&self.nodes),
-            heartbeat_interval_s: spec.heartbeat.as_secs_f64(),
+            heartbeat_interval_s: spec.own_heartbeat().as_secs_f64(),
             lease_renew_interval_s: spec.lease_renew.as_secs_f64(),
             daemons: get(&self.daemons),
             pods_bound: get(&self.bound),
@@ -138,6 +154,7 @@ impl NodesStats {
                 gone_410: get(&w.gone),
                 errors: get(&w.errors),
             },
+            stages: self.stages.get().map(|s| s.summary()),
         }
     }
 }
@@ -168,6 +185,25 @@ pub(crate) fn start(
     let nodes = Arc::new(nodes);
     stats.nodes.store(nodes.len() as u64, Ordering::Relaxed);
     let mut recorders = Vec::new();
+    if let Some(set) = &spec.stages.loaded {
+        let sctx = crate::stages::StartCtx {
+            target: ctx.target,
+            timeout: ctx.send.timeout,
+            start: ctx.start,
+            max_in_flight: ctx.max_in_flight,
+            tracker: ctx.tracker,
+            stop: ctx.watch_stop,
+        };
+        let (recs, counters) =
+            crate::stages::start(set.clone(), spec.stages.time_scale, &nodes, sctx);
+        recorders.extend(recs);
+        let _ = stats.stages.set(counters);
+    }
+    let own = NodeSimSpec {
+        heartbeat: spec.own_heartbeat(),
+        ..spec.clone()
+    };
+    let spec = &own;
     let status = Arc::new(OpRecorder::new(OP_HEARTBEAT, ctx.start));
     let lease = Arc::new(OpRecorder::new(OP_LEASE, ctx.start));
     if !spec.heartbeat.is_zero() {
@@ -268,6 +304,11 @@ pub fn describe(name: &str) -> Option<(&'static str, &'static str, &'static str)
         OP_DAEMON_LIST => ("LIST(rv=0)", "pods", "cluster"),
         OP_DAEMON_EVENT => ("WATCH", "events-delivered", "-"),
         OP_BIND => ("POST", "pods/binding", "resource"),
+        "stage-status" => ("PATCH", "status (Stages)", "resource"),
+        "stage-delete" => ("DELETE", "Stages", "resource"),
+        "stage-event" => ("POST", "events (Stages)", "namespace"),
+        "stage-finalizers" => ("PATCH", "finalizers (Stages)", "resource"),
+        "stage-patch" => ("PATCH", "Stages patches", "resource"),
         _ => return None,
     })
 }

@@ -129,6 +129,12 @@ pub struct NodeArgs {
     /// Server-side timeout of each daemon watch, after which it re-watches [default: 5-10 min at random, as client-go].
     #[arg(long, value_parser = parse_duration, help_heading = "Nodes")]
     pub daemon_watch_timeout: Option<Duration>,
+    /// kwok Stage files (YAML, kwok.x-k8s.io/v1alpha1 Stage) driving the simulated nodes' and their pods' lifecycles; `fast` is the built-in set (kwok's fast node and pod Stages); repeatable [default: none, no Stages].
+    #[arg(long, num_args = 1.., value_name = "FILE|fast", help_heading = "Nodes")]
+    pub stages: Vec<String>,
+    /// Divide every Stage delay by this: 10 runs kwok's 20-25 s heartbeat Stage every 2-2.5 s.
+    #[arg(long, default_value_t = 1.0, help_heading = "Nodes")]
+    pub time_scale: f64,
 }
 
 impl NodeArgs {
@@ -166,6 +172,8 @@ impl NodeArgs {
             watches_per_connection: self.daemon_watches_per_connection.max(1),
             daemon_watch_timeout: self.daemon_watch_timeout,
             shard: None,
+            // Loaded (and checked) by `RunArgs::into_config`.
+            stages: crate::stages::StagesSpec::default(),
         })
     }
 }

@@ -81,6 +81,10 @@ pub struct ControlPlane {
     restarts: Counter,
     /// `process_start_time_seconds` (f64 bits), moved at each modeled restart.
     start_time: Arc<AtomicU64>,
+    /// The revision the restarted watch cache was filled at: like the
+    /// cacher's window, it holds no events before it, so a watch from an
+    /// older revision gets 410 and its informer relists (0: never restarted).
+    watch_floor: AtomicU64,
     stop: CancellationToken,
 }
 
@@ -167,6 +171,7 @@ impl ControlPlane {
             ready,
             restarts,
             start_time,
+            watch_floor: AtomicU64::new(0),
             stop,
         })
     }
@@ -202,6 +207,11 @@ impl ControlPlane {
     pub async fn wait_cache_ready(&self) {
         let mut rx = self.ready.subscribe();
         let _ = rx.wait_for(|r| *r).await;
+    }
+
+    /// Watches from a revision before this get 410 (see `watch_floor`).
+    pub fn watch_floor(&self) -> u64 {
+        self.watch_floor.load(Ordering::Acquire)
     }
 
     /// Modeled memory now (bytes).
@@ -277,6 +287,7 @@ impl ControlPlane {
                 _ = cp.stop.cancelled() => return,
             }
             // The new process's reflectors LIST everything from etcd into the cache.
+            let listed_at = cp.store.revision();
             let (objects, bytes) = cache_size(&cp.store);
             let fill = cp.constants().cache_fill(objects, bytes);
             tokio::select! {
@@ -286,6 +297,7 @@ impl ControlPlane {
             cp.memory
                 .base
                 .store(cp.constants().base_memory(bytes) as u64, Ordering::Relaxed);
+            cp.watch_floor.store(listed_at, Ordering::Release);
             cp.ready.send_replace(true);
             tracing::info!(objects, bytes, "modeled watch cache ready");
         });

@@ -1,0 +1,586 @@
+//! Measurements, started in one step and gathered in a later one (the
+//! Cluster Loader's start/gather): what happened in the steps between.
+//!
+//! - `APIResponsiveness`: latency of the API calls the scenario made, per
+//!   (verb, resource, scope), with percentiles, the 429 share and the
+//!   Kubernetes API call SLOs (p99: mutating single-object calls ≤ 1 s,
+//!   single-object reads ≤ 1 s, namespace- and cluster-scoped LISTs ≤ 30 s).
+//!   Calls are counted by phase: a phase that ran in a step between start and
+//!   gather is counted whole.
+//! - `ResourceUsage`: the servers' CPU and memory from their `/metrics`.
+//! - `WatchLatency`: how long the objects the scenario wrote took to reach a
+//!   watcher (loadgen stamps each write; see [`crate::watch`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::validate::{MeasurementAction, Method, Thresholds};
+use crate::record::{new_histogram, OpRecorder, Outcome};
+use crate::report::{Percentiles, Report};
+use crate::server_metrics::{Scraper, ServerMetricsSummary};
+use crate::target::{ApiClient, Target, TargetOptions};
+use crate::watch::{WatchSpec, WatchStats, Watcher};
+
+/// What a call was: `POST pods namespace`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CallKey {
+    pub verb: String,
+    pub resource: String,
+    pub scope: String,
+}
+
+#[derive(Debug, Clone)]
+struct CallStats {
+    latency: Histogram<u64>,
+    requests: u64,
+    ok: u64,
+    rejected_429: u64,
+    by_status: BTreeMap<String, u64>,
+}
+
+impl Default for CallStats {
+    fn default() -> Self {
+        CallStats {
+            latency: new_histogram(),
+            requests: 0,
+            ok: 0,
+            rejected_429: 0,
+            by_status: BTreeMap::new(),
+        }
+    }
+}
+
+/// API calls by (verb, resource, scope); shared by a phase's units.
+#[derive(Debug, Default)]
+pub struct ApiCalls(Mutex<BTreeMap<CallKey, CallStats>>);
+
+/// One (verb, resource, scope) in `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallSummary {
+    pub verb: String,
+    pub resource: String,
+    pub scope: String,
+    pub requests: u64,
+    pub ok: u64,
+    pub errors: u64,
+    pub error_rate: f64,
+    pub rejected_429: u64,
+    pub rate_429: f64,
+    pub latency_ms: Percentiles,
+    pub status_codes: BTreeMap<String, u64>,
+}
+
+fn ratio(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 / d as f64
+    }
+}
+
+impl ApiCalls {
+    fn with<R>(&self, f: impl FnOnce(&mut BTreeMap<CallKey, CallStats>) -> R) -> R {
+        // A panic while holding the lock only loses that one record.
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+
+    /// Records one finished call.
+    pub fn record(&self, key: &CallKey, outcome: &Outcome, latency: Duration) {
+        let us = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.with(|m| {
+            let s = m.entry(key.clone()).or_default();
+            s.latency.saturating_record(us);
+            s.requests += 1;
+            s.ok += u64::from(outcome.is_success());
+            s.rejected_429 += u64::from(outcome.status == Some(429));
+            let status = match (outcome.status, outcome.error) {
+                (Some(code), _) => code.to_string(),
+                (None, Some(e)) => format!("{e:?}").to_ascii_lowercase(),
+                (None, None) => "none".into(),
+            };
+            *s.by_status.entry(status).or_default() += 1;
+        });
+    }
+
+    /// Adds the calls of a loadgen or etcd run (watch event deliveries are not calls).
+    pub fn add_report(&self, report: &Report) {
+        self.with(|m| {
+            for op in &report.operations {
+                if op.verb == "WATCH" || op.verb == "-" {
+                    continue;
+                }
+                let key = CallKey {
+                    verb: op.verb.clone(),
+                    resource: op.resource.clone(),
+                    scope: op.scope.clone(),
+                };
+                let s = m.entry(key).or_default();
+                if let Some(h) = report.histograms.get(&op.name) {
+                    let _ = s.latency.add(h);
+                }
+                s.requests += op.requests;
+                s.ok += op.ok;
+                s.rejected_429 += op.status_codes.get("429").copied().unwrap_or(0);
+                for (code, n) in &op.status_codes {
+                    *s.by_status.entry(code.clone()).or_default() += n;
+                }
+                for (class, n) in &op.error_classes {
+                    if class != "429" && class != "4xx" && class != "5xx" {
+                        *s.by_status.entry(class.clone()).or_default() += n;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Adds everything `other` recorded.
+    pub fn merge(&self, other: &ApiCalls) {
+        let theirs = other.with(|m| m.clone());
+        self.with(|m| {
+            for (k, o) in theirs {
+                let s = m.entry(k).or_default();
+                let _ = s.latency.add(&o.latency);
+                s.requests += o.requests;
+                s.ok += o.ok;
+                s.rejected_429 += o.rejected_429;
+                for (code, n) in o.by_status {
+                    *s.by_status.entry(code).or_default() += n;
+                }
+            }
+        });
+    }
+
+    pub fn summaries(&self) -> Vec<CallSummary> {
+        self.with(|m| {
+            m.iter()
+                .map(|(k, s)| CallSummary {
+                    verb: k.verb.clone(),
+                    resource: k.resource.clone(),
+                    scope: k.scope.clone(),
+                    requests: s.requests,
+                    ok: s.ok,
+                    errors: s.requests - s.ok.min(s.requests),
+                    error_rate: ratio(s.requests - s.ok.min(s.requests), s.requests),
+                    rejected_429: s.rejected_429,
+                    rate_429: ratio(s.rejected_429, s.requests),
+                    latency_ms: Percentiles::of(&s.latency),
+                    status_codes: s.by_status.clone(),
+                })
+                .collect()
+        })
+    }
+}
+
+/// One SLO checked at gather.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloCheck {
+    /// `APIResponsiveness/api`.
+    pub measurement: String,
+    /// `p99 POST pods namespace`, `429 rate`, `p99 watch delivery`.
+    pub subject: String,
+    pub threshold: f64,
+    pub observed: f64,
+    /// `ms` or `ratio`.
+    pub unit: String,
+    pub met: bool,
+}
+
+/// The watch delivery latency a WatchLatency measurement saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchLatencySummary {
+    pub resource: String,
+    pub watchers: u64,
+    /// Events whose delivery was timed (writes stamped by loadgen).
+    pub timed_events: u64,
+    pub events: u64,
+    pub errors: u64,
+    pub latency_ms: Percentiles,
+}
+
+/// What one measurement found between its start and gather.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasurementResult {
+    pub method: String,
+    pub identifier: String,
+    pub started_in_step: usize,
+    /// `None` when the run ended (failed or interrupted) before the gather step.
+    pub gathered_in_step: Option<usize>,
+    pub duration_s: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallSummary>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_metrics: Vec<ServerMetricsSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchLatencySummary>,
+    pub slos: Vec<SloCheck>,
+}
+
+/// A started measurement.
+pub struct Active {
+    pub method: Method,
+    pub identifier: String,
+    started_in_step: usize,
+    started: Instant,
+    thresholds: Option<Thresholds>,
+    kind: ActiveKind,
+}
+
+enum ActiveKind {
+    Api(Arc<ApiCalls>),
+    Usage {
+        stop: CancellationToken,
+        tasks: Vec<JoinHandle<ServerMetricsSummary>>,
+    },
+    Watch {
+        stop: CancellationToken,
+        tasks: Vec<JoinHandle<()>>,
+        events: Arc<OpRecorder>,
+        stats: Arc<WatchStats>,
+        resource: String,
+        watchers: u64,
+    },
+}
+
+/// What starting a measurement needs.
+pub struct MeasureCtx<'a> {
+    pub target: &'a Target,
+    pub target_options: &'a TargetOptions,
+    /// `loadgen run --server-metrics`, used when the measurement names no URLs.
+    pub server_metrics: &'a [String],
+    pub send: &'a crate::send::SendOptions,
+}
+
+/// Which SLO applies to a call: `(name, threshold)`, or none (watches). An etcd
+/// `PUT` of one key is held to the mutating limit and a prefix `RANGE` to the
+/// cluster-scoped LIST one, the API calls they serve.
+fn slo_for(key: &CallKey, t: &Thresholds) -> Option<(&'static str, Duration)> {
+    match key.verb.as_str() {
+        "POST" | "PUT" | "PATCH" | "DELETE" => Some(("mutating", t.mutating)),
+        v if v.starts_with("GET") => Some(("read single", t.read_single)),
+        v if v.starts_with("LIST") => match key.scope.as_str() {
+            "namespace" => Some(("read namespace", t.read_namespace)),
+            "cluster" => Some(("read cluster", t.read_cluster)),
+            // A watcher's (re)list names no scope in the report; a LIST is
+            // never a single-object read, so the wider limit applies.
+            _ => Some(("read list", t.read_cluster)),
+        },
+        v if v.starts_with("RANGE") => Some(("etcd range", t.read_cluster)),
+        _ => None,
+    }
+}
+
+impl Active {
+    /// Starts `m` (its action is `start`) in step `step`.
+    pub fn start(
+        m: &MeasurementAction,
+        step: usize,
+        ctx: &MeasureCtx<'_>,
+    ) -> Result<Active, String> {
+        let kind = match m.method {
+            Method::ApiResponsiveness => ActiveKind::Api(Arc::new(ApiCalls::default())),
+            Method::ResourceUsage => {
+                let urls = if m.urls.is_empty() {
+                    ctx.server_metrics
+                } else {
+                    &m.urls
+                };
+                if urls.is_empty() {
+                    // Said, not failed: the same file runs where no /metrics is reachable.
+                    tracing::warn!(identifier = %m.identifier, "ResourceUsage: no params.urls and no `loadgen run --server-metrics URL`: nothing to scrape");
+                }
+                let stop = CancellationToken::new();
+                let mut tasks = Vec::new();
+                for url in urls {
+                    let s = Scraper::new(ctx.target_options, url, &ctx.target.credentials)
+                        .map_err(|e| format!("{url}: {e}"))?;
+                    tasks.push(tokio::spawn(s.run(m.interval, stop.clone())));
+                }
+                ActiveKind::Usage { stop, tasks }
+            }
+            Method::WatchLatency => {
+                let stop = CancellationToken::new();
+                let start = Instant::now();
+                let events = Arc::new(OpRecorder::new("watch-event", start));
+                let lists = Arc::new(OpRecorder::new("watch-list", start));
+                let stats = Arc::new(WatchStats::default());
+                let spec = WatchSpec {
+                    count: m.watches,
+                    resource: m.resource.clone(),
+                    namespace: None,
+                    label_selector: Some(format!(
+                        "{}={}",
+                        crate::ops::MANAGED_BY.0,
+                        crate::ops::MANAGED_BY.1
+                    )),
+                    field_selector: None,
+                    per_connection: 100,
+                    timeout: None,
+                };
+                let client = ApiClient::new(ctx.target);
+                let tasks = (0..m.watches)
+                    .map(|id| {
+                        let w = Watcher {
+                            id,
+                            spec: spec.clone(),
+                            client: client.clone(),
+                            send: ctx.send.clone(),
+                            events: events.clone(),
+                            lists: lists.clone(),
+                            stats: stats.clone(),
+                        };
+                        tokio::spawn(w.run(stop.clone()))
+                    })
+                    .collect();
+                ActiveKind::Watch {
+                    stop,
+                    tasks,
+                    events,
+                    stats,
+                    resource: m.resource.plural.clone(),
+                    watchers: m.watches,
+                }
+            }
+        };
+        Ok(Active {
+            method: m.method,
+            identifier: m.identifier.clone(),
+            started_in_step: step,
+            started: Instant::now(),
+            thresholds: m.thresholds.clone(),
+            kind,
+        })
+    }
+
+    /// Counts a finished phase's calls, if this measures API calls.
+    pub fn add_calls(&self, calls: &ApiCalls) {
+        if let ActiveKind::Api(mine) = &self.kind {
+            mine.merge(calls);
+        }
+    }
+
+    /// For a watch measurement: true once every watcher has listed and is watching.
+    pub fn watching(&self) -> bool {
+        match &self.kind {
+            ActiveKind::Watch {
+                stats, watchers, ..
+            } => stats.active.load(std::sync::atomic::Ordering::Relaxed) >= *watchers,
+            _ => true,
+        }
+    }
+
+    /// Stops the measurement and evaluates its SLOs; `gather` is the gather
+    /// action (its thresholds win over the start's), `None` if the run ended first.
+    pub async fn gather(self, gather: Option<(&MeasurementAction, usize)>) -> MeasurementResult {
+        let thresholds = gather
+            .and_then(|(m, _)| m.thresholds.clone())
+            .or(self.thresholds.clone());
+        let name = format!("{}/{}", method_name(self.method), self.identifier);
+        let mut result = MeasurementResult {
+            method: method_name(self.method).into(),
+            identifier: self.identifier.clone(),
+            started_in_step: self.started_in_step,
+            gathered_in_step: gather.map(|(_, s)| s),
+            duration_s: self.started.elapsed().as_secs_f64(),
+            calls: Vec::new(),
+            server_metrics: Vec::new(),
+            watch: None,
+            slos: Vec::new(),
+        };
+        match self.kind {
+            ActiveKind::Api(calls) => {
+                result.calls = calls.summaries();
+                // APIResponsiveness always checks the API call SLOs.
+                let t = thresholds.unwrap_or_default();
+                let (mut all, mut rejected) = (0, 0);
+                for c in &result.calls {
+                    all += c.requests;
+                    rejected += c.rejected_429;
+                    let key = CallKey {
+                        verb: c.verb.clone(),
+                        resource: c.resource.clone(),
+                        scope: c.scope.clone(),
+                    };
+                    if let Some((class, limit)) = slo_for(&key, &t).filter(|_| c.requests > 0) {
+                        let limit_ms = limit.as_secs_f64() * 1000.0;
+                        result.slos.push(SloCheck {
+                            measurement: name.clone(),
+                            subject: format!("p99 {} {} {} ({class})", c.verb, c.resource, c.scope),
+                            threshold: limit_ms,
+                            observed: c.latency_ms.p99,
+                            unit: "ms".into(),
+                            met: c.latency_ms.p99 <= limit_ms,
+                        });
+                    }
+                }
+                if let Some(max) = t.max_429_rate {
+                    let observed = ratio(rejected, all);
+                    result.slos.push(SloCheck {
+                        measurement: name.clone(),
+                        subject: "429 rate".into(),
+                        threshold: max,
+                        observed,
+                        unit: "ratio".into(),
+                        met: observed <= max,
+                    });
+                }
+            }
+            ActiveKind::Usage { stop, tasks } => {
+                stop.cancel();
+                for t in tasks {
+                    if let Ok(s) = t.await {
+                        result.server_metrics.push(s);
+                    }
+                }
+            }
+            ActiveKind::Watch {
+                stop,
+                tasks,
+                events,
+                stats,
+                resource,
+                watchers,
+            } => {
+                stop.cancel();
+                for t in tasks {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+                }
+                let snap = events.snapshot();
+                let latency = Percentiles::of(&snap.latency);
+                if let Some(limit) = thresholds.and_then(|t| t.watch_p99) {
+                    let limit_ms = limit.as_secs_f64() * 1000.0;
+                    result.slos.push(SloCheck {
+                        measurement: name.clone(),
+                        subject: format!("p99 watch delivery {resource}"),
+                        threshold: limit_ms,
+                        observed: latency.p99,
+                        unit: "ms".into(),
+                        // No timed event at all is a failed measurement, not a pass.
+                        met: snap.requests > 0 && latency.p99 <= limit_ms,
+                    });
+                }
+                result.watch = Some(WatchLatencySummary {
+                    resource,
+                    watchers,
+                    timed_events: snap.requests,
+                    events: stats.events.load(std::sync::atomic::Ordering::Relaxed),
+                    errors: stats.errors.load(std::sync::atomic::Ordering::Relaxed),
+                    latency_ms: latency,
+                });
+            }
+        }
+        result
+    }
+}
+
+pub fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::ApiResponsiveness => "APIResponsiveness",
+        Method::ResourceUsage => "ResourceUsage",
+        Method::WatchLatency => "WatchLatency",
+    }
+}
+
+/// ClusterLoader2 PerfData items for API calls, labelled with `labels`.
+pub fn perf_items(calls: &[CallSummary], labels: &[(&str, &str)]) -> Vec<serde_json::Value> {
+    calls
+        .iter()
+        .map(|c| {
+            let mut l = serde_json::Map::new();
+            for (k, v) in labels {
+                l.insert((*k).into(), (*v).into());
+            }
+            l.insert("Verb".into(), c.verb.clone().into());
+            l.insert("Resource".into(), c.resource.clone().into());
+            l.insert("Scope".into(), c.scope.clone().into());
+            l.insert("Count".into(), c.requests.to_string().into());
+            l.insert("Rate429".into(), format!("{:.6}", c.rate_429).into());
+            serde_json::json!({
+                "data": {
+                    "Perc50": c.latency_ms.p50,
+                    "Perc90": c.latency_ms.p90,
+                    "Perc99": c.latency_ms.p99,
+                },
+                "unit": "ms",
+                "labels": l,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(status: u16) -> Outcome {
+        Outcome {
+            status: Some(status),
+            ..Outcome::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn api_slos_follow_the_kubernetes_classes() {
+        let calls = ApiCalls::default();
+        let post = CallKey {
+            verb: "POST".into(),
+            resource: "pods".into(),
+            scope: "namespace".into(),
+        };
+        let list = CallKey {
+            verb: "LIST".into(),
+            resource: "pods".into(),
+            scope: "cluster".into(),
+        };
+        for _ in 0..10 {
+            calls.record(&post, &ok(201), Duration::from_millis(1500));
+            calls.record(&list, &ok(200), Duration::from_secs(2));
+        }
+        calls.record(&list, &ok(429), Duration::from_millis(1));
+        let m = MeasurementAction {
+            method: Method::ApiResponsiveness,
+            identifier: "api".into(),
+            action: super::super::validate::Action::Start,
+            resource: "pods".parse().expect("resource"),
+            watches: 1,
+            urls: vec![],
+            interval: Duration::from_secs(1),
+            thresholds: None,
+        };
+        let active = Active {
+            method: m.method,
+            identifier: "api".into(),
+            started_in_step: 0,
+            started: Instant::now(),
+            thresholds: Some(Thresholds {
+                max_429_rate: Some(0.01),
+                ..Thresholds::default()
+            }),
+            kind: ActiveKind::Api(Arc::new(ApiCalls::default())),
+        };
+        active.add_calls(&calls);
+        let r = active.gather(Some((&m, 2))).await;
+        let by: BTreeMap<&str, bool> = r.slos.iter().map(|s| (s.subject.as_str(), s.met)).collect();
+        assert_eq!(
+            by.get("p99 POST pods namespace (mutating)"),
+            Some(&false),
+            "{by:?}"
+        );
+        assert_eq!(
+            by.get("p99 LIST pods cluster (read cluster)"),
+            Some(&true),
+            "{by:?}"
+        );
+        assert_eq!(by.get("429 rate"), Some(&false), "{by:?}");
+        assert_eq!(r.gathered_in_step, Some(2));
+    }
+}

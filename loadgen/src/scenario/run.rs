@@ -1,0 +1,400 @@
+//! A scenario run: namespaces created, steps in series (a step's phases in
+//! parallel, or its measurements started/gathered), results written per step,
+//! namespaces deleted — also when a step fails or the run is interrupted.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::measure::{self, Active, ApiCalls, MeasureCtx, MeasurementResult};
+use super::output::{self, CleanupReport, PhaseReport, ScenarioReport, StepReport, Verdict};
+use super::reconcile::{self, Live, ReconcileCtx};
+use super::validate::{Action, Phase, PhaseKind, Scenario, StepBody};
+use super::{namespaces, ScenarioError};
+use crate::send::SendOptions;
+use crate::target::{ApiClient, Target, TargetOptions};
+
+/// How to run a scenario: where, and where the results go.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub target: TargetOptions,
+    /// The run's output dir (`step-NN-<name>/…`, `summary.json`); none: nothing written.
+    pub output: Option<PathBuf>,
+    /// For `etcd:` phases that name no `--endpoints`.
+    pub etcd_endpoints: Option<String>,
+    /// For ResourceUsage measurements that name no URLs.
+    pub server_metrics: Vec<String>,
+    /// How the reconcile's calls are sent (timeout, 429 retries).
+    pub send: SendOptions,
+    /// Seeds RAND in templates and the random tuning sets.
+    pub seed: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            target: TargetOptions::default(),
+            output: None,
+            etcd_endpoints: None,
+            server_metrics: Vec::new(),
+            send: SendOptions {
+                honor_retry_after: true,
+                ..SendOptions::default()
+            },
+            seed: 1,
+        }
+    }
+}
+
+struct Runner<'a> {
+    scenario: &'a Scenario,
+    opts: &'a RunOptions,
+    target: Target,
+    client: ApiClient,
+    live: Live,
+    shutdown: CancellationToken,
+}
+
+/// Runs `scenario`. An `Err` means it could not start (unreachable target,
+/// namespaces refused); a failed step is in the report (`error`, verdict
+/// `fail`), after which the run still cleans up.
+pub async fn run(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    shutdown: CancellationToken,
+) -> Result<ScenarioReport, ScenarioError> {
+    let needs_api = needs_api(scenario);
+    let (target, client) = if needs_api {
+        connect(&opts.target).await?
+    } else {
+        offline(&opts.target)?
+    };
+    if let Some(dir) = &opts.output {
+        std::fs::create_dir_all(dir).map_err(|source| ScenarioError::Output {
+            dir: dir.clone(),
+            source,
+        })?;
+    }
+    let runner = Runner {
+        scenario,
+        opts,
+        live: Live::with_managed(&scenario.namespaces),
+        client,
+        target,
+        shutdown,
+    };
+    let started_at = crate::ops::unix_nanos();
+    let start = Instant::now();
+    let mut created = Vec::new();
+    let mut setup_error = None;
+    for ns in &scenario.namespaces {
+        match namespaces::create(&runner.client, ns, &label(&scenario.name)).await {
+            Ok(()) => created.push(ns.clone()),
+            Err(e) => {
+                setup_error = Some(e);
+                break;
+            }
+        }
+    }
+    let shown = if needs_api {
+        runner.target.server.to_string()
+    } else {
+        "(no API server: etcd phases only)".to_string()
+    };
+    let mut report = ScenarioReport::new(scenario, &shown, started_at);
+    if setup_error.is_none() {
+        runner.steps(&mut report).await;
+    } else {
+        report.error = setup_error.clone();
+    }
+    report.cleanup = runner.cleanup(&created).await;
+    report.duration_s = start.elapsed().as_secs_f64();
+    report.interrupted = runner.shutdown.is_cancelled();
+    report.verdict = Verdict::of(&report);
+    if let Some(dir) = &opts.output {
+        output::write_top(dir, &report).map_err(|source| ScenarioError::Output {
+            dir: dir.clone(),
+            source,
+        })?;
+    }
+    match setup_error {
+        Some(reason) => Err(ScenarioError::Namespaces { reason }),
+        None => Ok(report),
+    }
+}
+
+/// Resolves the target and checks it answers: the client the run's own calls use.
+pub async fn connect(options: &TargetOptions) -> Result<(Target, ApiClient), ScenarioError> {
+    // Ignore the error: a provider is already installed (by us or the embedder).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let target = options.resolve()?;
+    let client = ApiClient::new(&target);
+    namespaces::preflight(&client)
+        .await
+        .map_err(|reason| ScenarioError::Unreachable {
+            server: target.server.to_string(),
+            reason,
+        })?;
+    Ok((target, client))
+}
+
+/// Whether the scenario talks to an API server at all (an etcd-only one need not).
+fn needs_api(s: &Scenario) -> bool {
+    !s.namespaces.is_empty()
+        || s.steps.iter().any(|step| match &step.body {
+            StepBody::Phases(ps) => ps.iter().any(|p| !matches!(p.kind, PhaseKind::Etcd(_))),
+            StepBody::Measurements(ms) => ms
+                .iter()
+                .any(|m| m.method == super::validate::Method::WatchLatency),
+        })
+}
+
+/// For an etcd-only scenario: the target if one resolves (its credentials may
+/// serve `--server-metrics`), else a placeholder that is never called.
+fn offline(options: &TargetOptions) -> Result<(Target, ApiClient), ScenarioError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let target = match options.resolve() {
+        Ok(t) => t,
+        Err(_) => TargetOptions {
+            server: Some("http://127.0.0.1:1".into()),
+            ..TargetOptions::default()
+        }
+        .resolve()?,
+    };
+    let client = ApiClient::new(&target);
+    Ok((target, client))
+}
+
+fn label(name: &str) -> String {
+    let mut v: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    v.truncate(63);
+    v.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+impl Runner<'_> {
+    async fn steps(&self, report: &mut ScenarioReport) {
+        let mut active: BTreeMap<(super::validate::Method, String), Active> = BTreeMap::new();
+        let run_start = Instant::now();
+        for (index, step) in self.scenario.steps.iter().enumerate() {
+            if self.shutdown.is_cancelled() {
+                report.error.get_or_insert_with(|| {
+                    format!("interrupted before step {index} ({})", step.name)
+                });
+                break;
+            }
+            let dir_name = format!("step-{index:02}-{}", crate::output::file_name(&step.name));
+            let t0 = Instant::now();
+            let mut sr = StepReport {
+                index,
+                name: step.name.clone(),
+                dir: dir_name.clone(),
+                started_offset_s: run_start.elapsed().as_secs_f64(),
+                duration_s: 0.0,
+                error: None,
+                phases: Vec::new(),
+                measurements_started: Vec::new(),
+                gathered: Vec::new(),
+            };
+            let mut phase_reports: Vec<(PhaseReport, Option<crate::Report>)> = Vec::new();
+            match &step.body {
+                StepBody::Phases(phases) => {
+                    let results =
+                        futures_util::future::join_all(phases.iter().map(|p| self.phase(p))).await;
+                    for (calls, pr, full) in results {
+                        for a in active.values() {
+                            a.add_calls(&calls);
+                        }
+                        if let Some(e) = &pr.error {
+                            sr.error
+                                .get_or_insert_with(|| format!("phase {}: {e}", pr.name));
+                        }
+                        phase_reports.push((pr, full));
+                    }
+                }
+                StepBody::Measurements(ms) => {
+                    for m in ms {
+                        let key = (m.method, m.identifier.clone());
+                        match m.action {
+                            Action::Start => {
+                                let ctx = MeasureCtx {
+                                    target: &self.target,
+                                    target_options: &self.opts.target,
+                                    server_metrics: &self.opts.server_metrics,
+                                    send: &self.opts.send,
+                                };
+                                match Active::start(m, index, &ctx) {
+                                    Ok(a) => {
+                                        active.insert(key, a);
+                                        sr.measurements_started.push(format!(
+                                            "{}/{}",
+                                            measure::method_name(m.method),
+                                            m.identifier
+                                        ));
+                                    }
+                                    Err(e) => {
+                                        sr.error.get_or_insert(e);
+                                    }
+                                }
+                            }
+                            Action::Gather => {
+                                if let Some(a) = active.remove(&key) {
+                                    sr.gathered.push(a.gather(Some((m, index))).await);
+                                }
+                            }
+                        }
+                    }
+                    // Watches measure what comes after their start: wait (bounded)
+                    // until they have listed and are watching.
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    while !active.values().all(Active::watching) && Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+            sr.duration_s = t0.elapsed().as_secs_f64();
+            sr.phases = phase_reports.iter().map(|(p, _)| p.clone()).collect();
+            if let Some(dir) = &self.opts.output {
+                if let Err(e) = output::write_step(&dir.join(&dir_name), &sr, &phase_reports) {
+                    sr.error.get_or_insert_with(|| {
+                        format!("writing {}: {e}", dir.join(&dir_name).display())
+                    });
+                }
+            }
+            report.measurements.extend(sr.gathered.iter().cloned());
+            let failed = sr.error.clone();
+            report.steps.push(sr.outline());
+            if let Some(e) = failed {
+                report.error = Some(format!("step {index} ({}): {e}", step.name));
+                break;
+            }
+        }
+        // Measurements the run ended before gathering still report what they saw.
+        for (_, a) in std::mem::take(&mut active) {
+            report.measurements.push(a.gather(None).await);
+        }
+        report.slos = report
+            .measurements
+            .iter()
+            .flat_map(|m: &MeasurementResult| m.slos.clone())
+            .collect();
+    }
+
+    /// One phase: its calls (for measurements), its report and, for a loadgen
+    /// or etcd phase, that run's full report.
+    async fn phase(&self, phase: &Phase) -> (Arc<ApiCalls>, PhaseReport, Option<crate::Report>) {
+        let calls = Arc::new(ApiCalls::default());
+        let t0 = Instant::now();
+        let mut pr = PhaseReport {
+            name: phase.name.clone(),
+            kind: String::new(),
+            duration_s: 0.0,
+            error: None,
+            objects: None,
+            calls: Vec::new(),
+        };
+        let mut full = None;
+        let stop = self.shutdown.child_token();
+        match &phase.kind {
+            PhaseKind::Objects(o) => {
+                pr.kind = "objects".into();
+                let ctx = ReconcileCtx {
+                    client: &self.client,
+                    send: &self.opts.send,
+                    scenario: &label(&self.scenario.name),
+                    params: &self.scenario.params,
+                    seed: self.opts.seed,
+                    calls: &calls,
+                };
+                let tally = tokio::select! {
+                    t = reconcile::reconcile(o, &self.live, &ctx) => Some(t),
+                    _ = stop.cancelled() => None,
+                };
+                match tally {
+                    Some(t) => {
+                        if t.failed > 0 {
+                            pr.error = Some(format!(
+                                "{} of {} object operations failed; first: {}",
+                                t.failed,
+                                t.failed + t.created + t.updated + t.deleted,
+                                t.first_error.clone().unwrap_or_default()
+                            ));
+                        }
+                        pr.objects = Some(t);
+                    }
+                    None => pr.error = Some("interrupted".into()),
+                }
+            }
+            PhaseKind::Load(config) => {
+                pr.kind = "loadgen".into();
+                let mut config = (**config).clone();
+                config.target = self.opts.target.clone();
+                config.output = None;
+                config.progress = false;
+                match crate::run(config, stop).await {
+                    Ok(r) => {
+                        calls.add_report(&r);
+                        full = Some(r);
+                    }
+                    Err(e) => pr.error = Some(error_chain(&e)),
+                }
+            }
+            PhaseKind::Etcd(args) => {
+                pr.kind = "etcd".into();
+                match super::etcd_phase::run(args, self.opts.etcd_endpoints.as_deref(), stop).await
+                {
+                    Ok(r) => {
+                        calls.add_report(&r);
+                        full = Some(r);
+                    }
+                    Err(e) => pr.error = Some(e),
+                }
+            }
+        }
+        pr.duration_s = t0.elapsed().as_secs_f64();
+        pr.calls = calls.summaries();
+        (calls, pr, full)
+    }
+
+    /// Deletes what the run created: cluster-scoped objects, then namespaces.
+    async fn cleanup(&self, created: &[String]) -> CleanupReport {
+        let mut c = CleanupReport::default();
+        for (resource, name) in self.live.cluster_scoped() {
+            match namespaces::delete_object(&self.client, &resource, &name).await {
+                Ok(()) => c.objects_deleted += 1,
+                Err(e) => c.errors.push(e),
+            }
+        }
+        for ns in created {
+            match namespaces::delete(&self.client, ns).await {
+                Ok(()) => c.namespaces_deleted.push(ns.clone()),
+                Err(e) => c.errors.push(e),
+            }
+        }
+        c
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
