@@ -233,7 +233,18 @@ pub fn expired_continue(now: u64, start: &str) -> Status {
 /// The snapshot a plan reads, and its revision.
 pub fn snapshot(store: &Store, resource: usize, plan: &ListPlan) -> Result<(u64, ObjMap), Status> {
     match plan.read_at {
-        ReadAt::Latest | ReadAt::NotOlderThan(_) => Ok(store.snapshot(resource)),
+        ReadAt::Latest | ReadAt::NotOlderThan(_) => {
+            // The cacher's index: a node's pods only, not every pod filtered.
+            let node = plan
+                .from_cache
+                .then(|| plan.filter.fields.exact("spec.nodeName"))
+                .flatten()
+                // `spec.nodeName=` (unscheduled pods) is not in the index.
+                .filter(|n| !n.is_empty());
+            Ok(node
+                .and_then(|n| store.snapshot_on_node(resource, n))
+                .unwrap_or_else(|| store.snapshot(resource)))
+        }
         ReadAt::Exact(at) => match store.snapshot_at(resource, at) {
             Ok(m) => Ok((at, m)),
             Err(StoreError::Compacted { .. }) => Err(match &plan.start {

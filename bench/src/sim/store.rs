@@ -81,6 +81,12 @@ struct State {
     history: VecDeque<Arc<Event>>,
     /// Events at or below this revision are gone.
     compacted: u64,
+    /// Per resource, the newest revision of its events gone from the history: a watch
+    /// is too old only when it missed events of its own resource, as each of
+    /// kube-apiserver's cachers keeps its own window.
+    compacted_for: Vec<u64>,
+    /// Pods by node name, as the cacher indexes them.
+    by_node: node_index::NodeIndex,
 }
 
 /// The simulated etcd plus watch cache.
@@ -88,6 +94,9 @@ pub struct Store {
     state: RwLock<State>,
     window: usize,
     notify: watch::Sender<u64>,
+    /// Per resource: moves when that resource has a new event (or the history restarts),
+    /// so a watcher of pods is not woken by every node heartbeat.
+    changed: Vec<watch::Sender<u64>>,
 }
 
 impl Store {
@@ -100,9 +109,12 @@ impl Store {
                 maps: vec![OrdMap::new(); resources],
                 history: VecDeque::new(),
                 compacted: 1,
+                compacted_for: vec![1; resources],
+                by_node: node_index::NodeIndex::new(resources),
             }),
             window: window.max(1),
             notify,
+            changed: (0..resources).map(|_| watch::channel(1).0).collect(),
         }
     }
 
@@ -136,6 +148,30 @@ impl Store {
         self.notify.subscribe()
     }
 
+    /// A receiver that changes when `resource` has new events or the history restarts.
+    pub fn subscribe_resource(&self, resource: usize) -> watch::Receiver<u64> {
+        match self.changed.get(resource) {
+            Some(c) => c.subscribe(),
+            None => self.notify.subscribe(),
+        }
+    }
+
+    /// Wakes the watchers of `resource` (all of them with `None`) and the revision waiters.
+    fn wake(&self, resource: Option<usize>, rv: u64) {
+        match resource.and_then(|r| self.changed.get(r)) {
+            Some(c) => {
+                c.send_replace(rv);
+            }
+            None if resource.is_none() => {
+                for c in &self.changed {
+                    c.send_replace(rv);
+                }
+            }
+            None => {}
+        }
+        self.notify.send_replace(rv);
+    }
+
     pub fn get(&self, resource: usize, key: &str) -> Option<Arc<Obj>> {
         self.read().maps[resource].get(key).cloned()
     }
@@ -148,6 +184,14 @@ impl Store {
     pub fn snapshot(&self, resource: usize) -> (u64, ObjMap) {
         let s = self.read();
         (s.rv, s.maps[resource].clone())
+    }
+
+    /// The objects of `resource` whose `spec.nodeName` is `node`, at the current
+    /// revision, read through the index (`None`: the resource has no such index).
+    pub fn snapshot_on_node(&self, resource: usize, node: &str) -> Option<(u64, ObjMap)> {
+        let s = self.read();
+        let map = s.maps.get(resource)?;
+        s.by_node.objects_on(resource, node, map).map(|m| (s.rv, m))
     }
 
     /// The resource's objects as they were at revision `at`.
@@ -191,10 +235,15 @@ impl Store {
         max: usize,
     ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
         let s = self.read();
-        if after < s.compacted {
+        let oldest = s
+            .compacted_for
+            .get(resource)
+            .copied()
+            .unwrap_or(s.compacted);
+        if after < oldest {
             return Err(StoreError::Compacted {
                 asked: after,
-                oldest: s.compacted,
+                oldest,
             });
         }
         let Some(first) = s.history.front().map(|e| e.rv) else {
@@ -224,12 +273,16 @@ impl Store {
         for o in objs {
             s.rv = s.rv.max(o.rv);
             let key = o.key();
-            s.maps[resource].insert(key, Arc::new(o));
+            let prev = s.maps[resource].insert(key.clone(), Arc::new(o));
+            let cur = s.maps[resource].get(&key).cloned();
+            s.by_node
+                .update(resource, &key, prev.as_deref(), cur.as_deref());
         }
         s.compacted = s.rv;
         let rv = s.rv;
+        s.compacted_for.iter_mut().for_each(|c| *c = rv);
         drop(s);
-        self.notify.send_replace(rv);
+        self.wake(None, rv);
     }
 
     /// Replaces every resource's objects with `maps`, read from storage at
@@ -238,12 +291,14 @@ impl Store {
     pub fn replace(&self, mut maps: Vec<ObjMap>, rv: u64) {
         let mut s = self.write_lock();
         maps.resize(s.maps.len(), ObjMap::new());
+        s.by_node.rebuild(&maps);
         s.maps = maps;
         s.history.clear();
         s.rv = rv;
         s.compacted = rv;
+        s.compacted_for.iter_mut().for_each(|c| *c = rv);
         drop(s);
-        self.notify.send_replace(rv);
+        self.wake(None, rv);
     }
 
     /// The revision the next write will get (seeding stamps objects with it).
@@ -274,7 +329,7 @@ impl Store {
         let rv = s.rv + 1;
         let event = self.commit(&mut s, resource, key, rv, prev, write, build)?;
         drop(s);
-        self.notify.send_replace(rv);
+        self.wake(Some(resource), rv);
         Ok(event)
     }
 
@@ -317,7 +372,11 @@ impl Store {
                 .ok(),
         };
         drop(s);
-        self.notify.send_replace(rv);
+        if event.is_some() {
+            self.wake(Some(resource), rv);
+        } else {
+            self.notify.send_replace(rv);
+        }
         event
     }
 
@@ -337,6 +396,7 @@ impl Store {
             Write::Put(v) => {
                 let obj = Arc::new(build(v, rv));
                 s.maps[resource].insert(key.to_string(), obj.clone());
+                s.by_node.update(resource, key, prev.as_deref(), Some(&obj));
                 (
                     if prev.is_some() {
                         EventType::Modified
@@ -351,6 +411,7 @@ impl Store {
                     return Err(StoreError::NotFound);
                 };
                 s.maps[resource].remove(key);
+                s.by_node.update(resource, key, Some(p), None);
                 (EventType::Deleted, Arc::new(build(p.value(), rv)))
             }
         };
@@ -366,11 +427,15 @@ impl Store {
         while s.history.len() > self.window {
             if let Some(old) = s.history.pop_front() {
                 s.compacted = old.rv;
+                if let Some(c) = s.compacted_for.get_mut(old.resource) {
+                    *c = old.rv;
+                }
             }
         }
         Ok(event)
     }
 }
 
+mod node_index;
 #[cfg(test)]
 mod tests;

@@ -148,7 +148,7 @@ impl Watcher {
         bookmark_every: Duration,
     ) {
         let deadline = Instant::now() + timeout;
-        let mut changes = self.store.subscribe();
+        let mut changes = self.store.subscribe_resource(self.resource);
         changes.borrow_and_update();
         let mut cursor = match start {
             Start::Now => self.store.revision(),

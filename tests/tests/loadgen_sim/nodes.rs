@@ -198,8 +198,10 @@ fn nodes_heartbeat_renew_leases_and_daemons_see_their_pods_only() -> anyhow::Res
     still_running(sim)
 }
 
-/// Watches that end every second and no bookmarks, while heartbeats move the revision
-/// past a 20-revision history: the daemons' re-watches get 410 and they relist.
+/// Watches that end every second and no bookmarks, while pods created elsewhere (not on the
+/// daemons' nodes, so they never see them) push the pods' watch window past their last
+/// resourceVersion: the daemons' re-watches get 410 and they relist. Node heartbeats alone
+/// would not: each resource keeps its own window, as kube-apiserver's cachers do.
 #[test]
 fn daemons_relist_after_their_watch_expires() -> anyhow::Result<()> {
     let sim = SimProcess::start(&["--history-window", "20", "--bookmark-interval", "1h"])?;
@@ -226,7 +228,23 @@ fn daemons_relist_after_their_watch_expires() -> anyhow::Result<()> {
     )?;
     let mut all = vec!["nodes"];
     all.extend(strs(&args));
+    let writer_args = target_args(
+        &sim,
+        &[
+            "--creates",
+            "20/s",
+            "-n",
+            "default",
+            "--namespace-allow",
+            "default",
+            "--duration",
+            "6s",
+            "--no-progress",
+        ],
+    )?;
+    let writer = Loadgen::spawn(&strs(&writer_args))?;
     loadgen(&all, Duration::from_secs(6))?;
+    writer.wait(Duration::from_secs(6) + LOADGEN_GRACE)?.ok()?;
     let summary = read_summary(&out)?;
     let daemons = &summary["nodes"]["daemon_watches"];
     anyhow::ensure!(

@@ -175,3 +175,84 @@ fn the_watch_cache_applies_storage_revisions_with_gaps() {
     assert_eq!(at14.get("ns/a").unwrap().rv, 12);
     assert!(s.snapshot_at(pods(), 11).unwrap().is_empty());
 }
+
+fn node_write(s: &Store, name: &str, v: u64) {
+    let def = resources::by_name("nodes").unwrap();
+    let node = json!({"apiVersion":"v1","kind":"Node","metadata":{"name":name,"labels":{"v":v.to_string()}}});
+    s.write(
+        resources::index_of(def),
+        name,
+        None,
+        Write::Put(node),
+        |val, rv| Obj::new(def, val, rv),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_resource_s_watchers_wake_for_its_events_only_and_keep_their_own_window() {
+    let s = Store::new(resources::RESOURCES.len(), 3);
+    let mut pod_changes = s.subscribe_resource(pods());
+    pod_changes.borrow_and_update();
+    let start = put(&s, "a", 1, Some(0)).unwrap().rv;
+    assert!(pod_changes.has_changed().unwrap());
+    pod_changes.borrow_and_update();
+    // Node heartbeats do not wake pod watchers, and push the pod event out of the
+    // 3-event history without making a pod watch from `start` too old: no pod event
+    // after it was lost.
+    for v in 0..5 {
+        node_write(&s, "n1", v);
+    }
+    assert!(!pod_changes.has_changed().unwrap());
+    assert!(s.compacted() > start);
+    let (events, reached) = s.events_after(pods(), start, 10).unwrap();
+    assert!(events.is_empty());
+    assert_eq!(reached, s.revision());
+    // A pod watcher from before the pod event that left the history did miss it.
+    assert!(matches!(
+        s.events_after(pods(), start - 1, 10),
+        Err(StoreError::Compacted { .. })
+    ));
+}
+
+fn pod_on(name: &str, node: &str) -> serde_json::Value {
+    json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":"ns"},"spec":{"nodeName":node}})
+}
+
+#[test]
+fn the_node_index_follows_binds_moves_and_deletes() {
+    let def = resources::by_name("pods").unwrap();
+    let s = Store::new(resources::RESOURCES.len(), 100);
+    let write = |name: &str, w: Write| {
+        s.write(pods(), &format!("ns/{name}"), None, w, |val, rv| {
+            Obj::new(def, val, rv)
+        })
+        .unwrap()
+    };
+    let on = |node: &str| -> Vec<String> {
+        let (rv, map) = s.snapshot_on_node(pods(), node).unwrap();
+        assert_eq!(rv, s.revision());
+        map.keys().cloned().collect()
+    };
+    write("a", Write::Put(pod_on("a", "n1")));
+    write("b", Write::Put(pod_on("b", "n1")));
+    write("c", Write::Put(pod_on("c", "n2")));
+    write("p", Write::Put(pod_on("p", "")));
+    assert_eq!(on("n1"), ["ns/a", "ns/b"]);
+    assert_eq!(on("n2"), ["ns/c"]);
+    write("b", Write::Put(pod_on("b", "n2")));
+    write("a", Write::Delete);
+    write("p", Write::Put(pod_on("p", "n1")));
+    assert_eq!(on("n1"), ["ns/p"]);
+    assert_eq!(on("n2"), ["ns/b", "ns/c"]);
+    assert!(on("n3").is_empty());
+    // Nodes are not indexed by node name: callers fall back to a full snapshot.
+    let nodes = resources::index_of(resources::by_name("nodes").unwrap());
+    assert!(s.snapshot_on_node(nodes, "n1").is_none());
+    // A relist rebuilds it.
+    let (_, map) = s.snapshot(pods());
+    let mut maps = vec![ObjMap::new(); resources::RESOURCES.len()];
+    maps[pods()] = map;
+    s.replace(maps, s.revision());
+    assert_eq!(on("n2"), ["ns/b", "ns/c"]);
+}
