@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 fn testdata(rel: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/testdata/kwok")
+        .join("tests/testdata/kwok")
         .join(rel)
 }
 

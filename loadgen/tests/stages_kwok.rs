@@ -1,7 +1,8 @@
-//! kwok's own published Stage documents (../shared/testdata/kwok, byte-identical
-//! copies) load unchanged, render against realistic nodes and pods, and drive
-//! them through their lifecycles; Stage files with unknown fields are refused by
-//! name; weights split a population within statistical bounds.
+//! kwok's own published Stage documents (tests/testdata/kwok: byte-identical
+//! copies of ../shared/testdata/kwok, kept in the repository so that a fresh
+//! clone tests them) load unchanged, render against realistic nodes and pods,
+//! and drive them through their lifecycles; Stage files with unknown fields are
+//! refused by name; weights split a population within statistical bounds.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use serde_json::{json, Value};
 
 fn testdata(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/testdata/kwok")
+        .join("tests/testdata/kwok")
         .join(rel)
 }
 

@@ -114,7 +114,8 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (_sim, url) = start_sim();
     let out = tempfile::tempdir().unwrap();
-    let heartbeat = workspace().join("../shared/testdata/kwok/node/heartbeat/node-heartbeat.yaml");
+    let heartbeat =
+        workspace().join("loadgen/tests/testdata/kwok/node/heartbeat/node-heartbeat.yaml");
     let mut run = Command::new(env!("CARGO_BIN_EXE_loadgen"));
     run.args([
         "nodes",
