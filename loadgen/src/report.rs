@@ -286,6 +286,23 @@ impl OperationSummary {
     }
 }
 
+impl WatchSummary {
+    /// The watchers' counters at the end of a run.
+    pub(crate) fn of(watchers: u64, w: &crate::watch::WatchStats) -> WatchSummary {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        WatchSummary {
+            watchers,
+            active_at_end: get(&w.active),
+            events: get(&w.events),
+            bookmarks: get(&w.bookmarks),
+            reconnects: get(&w.reconnects),
+            relists: get(&w.relists),
+            gone_410: get(&w.gone),
+            errors: get(&w.errors),
+        }
+    }
+}
+
 impl Report {
     /// Collects the recorders' results.
     pub fn build(
@@ -297,28 +314,67 @@ impl Report {
         recorders: &[Arc<OpRecorder>],
         watch: &WatchStats,
     ) -> Report {
-        let mut report = Report {
+        let mut report = Report::empty(
+            target,
+            started_at_unix_nanos,
+            elapsed,
+            interrupted,
+            &config.schedule,
+        );
+        report.shard = config.shard;
+        // Achieved rates over the scheduling window, not the drain after it.
+        report.add_operations(
+            recorders,
+            elapsed.min(config.duration),
+            &config.schedule,
+            |sum| describe(config, sum),
+        );
+        if let Some(spec) = &config.watches {
+            report.watches = Some(WatchSummary::of(spec.count, watch));
+        }
+        report
+    }
+
+    /// A report with no operations yet: what every run (API or etcd) starts from.
+    pub(crate) fn empty(
+        target: &str,
+        started_at_unix_nanos: u128,
+        elapsed: Duration,
+        interrupted: bool,
+        schedule: &crate::schedule::ScheduleKind,
+    ) -> Report {
+        Report {
             schema: SCHEMA.to_string(),
             target: target.to_string(),
             started_at_unix_ms: u64::try_from(started_at_unix_nanos / 1_000_000).unwrap_or(0),
             duration_s: elapsed.as_secs_f64(),
             interrupted,
-            schedule: schedule_name(&config.schedule),
+            schedule: schedule_name(schedule),
             operations: Vec::new(),
             watches: None,
             nodes: None,
             server_metrics: Vec::new(),
-            shard: config.shard,
+            shard: None,
             histograms: BTreeMap::new(),
             series: Vec::new(),
-        };
+        }
+    }
+
+    /// Adds each recorder's operation (rates over `window`, per-step rows for a stepped
+    /// schedule), its histogram and its time series; `describe` fills verb, resource,
+    /// scope and target rate.
+    pub(crate) fn add_operations(
+        &mut self,
+        recorders: &[Arc<OpRecorder>],
+        window: Duration,
+        schedule: &crate::schedule::ScheduleKind,
+        describe: impl Fn(&mut OperationSummary),
+    ) {
         for rec in recorders {
             let stats = rec.snapshot();
-            // Achieved rate over the scheduling window, not the drain after it.
-            let window = elapsed.min(config.duration);
             let mut sum = OperationSummary::from_stats(rec.name(), &stats, window);
-            describe(config, &mut sum);
-            if let crate::schedule::ScheduleKind::Steps { steps, .. } = config.schedule {
+            describe(&mut sum);
+            if let crate::schedule::ScheduleKind::Steps { steps, .. } = *schedule {
                 let full = sum.target_rate_per_s.unwrap_or(0.0);
                 let n = f64::from(steps.max(1));
                 sum.steps = stats
@@ -336,31 +392,16 @@ impl Report {
                     })
                     .collect();
             }
-            report.operations.push(sum);
-            report
-                .histograms
+            self.operations.push(sum);
+            self.histograms
                 .insert(rec.name().to_string(), stats.latency.clone());
-            report.series.extend(
+            self.series.extend(
                 stats
                     .series
                     .into_iter()
                     .map(|row| (rec.name().to_string(), row)),
             );
         }
-        if let Some(spec) = &config.watches {
-            let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-            report.watches = Some(WatchSummary {
-                watchers: spec.count,
-                active_at_end: get(&watch.active),
-                events: get(&watch.events),
-                bookmarks: get(&watch.bookmarks),
-                reconnects: get(&watch.reconnects),
-                relists: get(&watch.relists),
-                gone_410: get(&watch.gone),
-                errors: get(&watch.errors),
-            });
-        }
-        report
     }
 
     /// The operation named `name`.

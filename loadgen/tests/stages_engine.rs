@@ -17,57 +17,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-fn testdata(rel: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/testdata/kwok")
-        .join(rel)
-}
+mod stages_common;
+use stages_common::merge;
 
 fn load(rels: &[&str]) -> Arc<StageSet> {
-    let mut set = StageSet::default();
-    for rel in rels {
-        set.stages
-            .extend(StageSet::load_file(&testdata(rel)).unwrap().stages);
-    }
-    Arc::new(set)
-}
-
-fn merge(doc: &mut Value, patch: &Value) {
-    match (doc, patch) {
-        (Value::Object(d), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    d.remove(k);
-                    continue;
-                }
-                let slot = d.entry(k.clone()).or_insert(Value::Null);
-                if slot.is_null() {
-                    *slot = v.clone();
-                } else {
-                    merge(slot, v);
-                }
-            }
-        }
-        (Value::Array(d), Value::Array(p)) => {
-            let key = |v: &Value| {
-                ["type", "name"]
-                    .iter()
-                    .find_map(|k| v.get(*k).and_then(Value::as_str).map(|s| s.to_string()))
-            };
-            if p.iter().all(|v| key(v).is_some()) {
-                for item in p {
-                    let k = key(item);
-                    match d.iter_mut().find(|x| key(x) == k) {
-                        Some(x) => merge(x, item),
-                        None => d.push(item.clone()),
-                    }
-                }
-            } else {
-                *d = p.clone();
-            }
-        }
-        (d, p) => *d = p.clone(),
-    }
+    Arc::new(stages_common::load(rels))
 }
 
 /// What the fake server did: (when, stage index, action kinds).
@@ -285,6 +239,8 @@ async fn node_heartbeat_stage_repeats_at_its_interval_and_never_twice() {
         "metadata": {"name": "n1", "uid": "n", "resourceVersion": "1"}, "spec": {}});
     h.add("n1", Kind::Node, node).await;
     // An unrelated write between heartbeats (as a label change) must not reset the timer.
+    // The clock is paused: these sleeps advance virtual time (the engine's timers fire as
+    // they come due), they do not wait for anything to happen.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let mut touched = h.get("n1").unwrap();
     touched["metadata"]["labels"] = json!({"x": "y"});

@@ -5,30 +5,14 @@
 //! refused by name; weights split a population within statistical bounds.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-use std::path::PathBuf;
-
 use loadgen::stages::next::ActionKind;
 use loadgen::stages::{Kind, StageSet, StagesSpec};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::{json, Value};
 
-fn testdata(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/testdata/kwok")
-        .join(rel)
-}
-
-fn load(rels: &[&str]) -> StageSet {
-    let mut set = StageSet::default();
-    for rel in rels {
-        let path = testdata(rel);
-        let more = StageSet::load_file(&path)
-            .unwrap_or_else(|e| panic!("{} does not load: {e}", path.display()));
-        set.stages.extend(more.stages);
-    }
-    set
-}
+mod stages_common;
+use stages_common::{load, merge};
 
 const NODE_FAST: &[&str] = &["node/fast/node-initialize.yaml"];
 const NODE_HEARTBEAT: &[&str] = &[
@@ -86,48 +70,6 @@ fn pending_pod(node: &str, init: bool, owner: Option<&str>) -> Value {
             json!([{"apiVersion": "batch/v1", "kind": kind, "name": "job-1", "uid": "u-job"}]);
     }
     pod
-}
-
-/// A strategic merge good enough for status: maps merged, lists of maps
-/// merged by `type` or `name`, other lists replaced, null removes.
-fn merge(doc: &mut Value, patch: &Value) {
-    match (doc, patch) {
-        (Value::Object(d), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    d.remove(k);
-                    continue;
-                }
-                let slot = d.entry(k.clone()).or_insert(Value::Null);
-                if slot.is_null() {
-                    *slot = v.clone();
-                } else {
-                    merge(slot, v);
-                }
-            }
-        }
-        (Value::Array(d), Value::Array(p)) => {
-            let key = |v: &Value| {
-                ["type", "name"].iter().find_map(|k| {
-                    v.get(*k)
-                        .and_then(Value::as_str)
-                        .map(|s| (*k, s.to_string()))
-                })
-            };
-            if p.iter().all(|v| key(v).is_some()) {
-                for item in p {
-                    let k = key(item);
-                    match d.iter_mut().find(|x| key(x) == k) {
-                        Some(x) => merge(x, item),
-                        None => d.push(item.clone()),
-                    }
-                }
-            } else {
-                *d = p.clone();
-            }
-        }
-        (d, p) => *d = p.clone(),
-    }
 }
 
 /// Applies the Stage chosen for `obj` as the engine would (without the

@@ -2,16 +2,12 @@
 //! (`RANGE`, `RANGE(serializable)`, `PUT`, `WATCH`), the prefix as the
 //! resource, and the endpoints as the target.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{EtcdConfig, OP_PUT, OP_RANGE, OP_WATCH};
 use crate::record::OpRecorder;
-use crate::report::{
-    schedule_name, OperationSummary, Percentiles, Report, StepSummary, WatchSummary, SCHEMA,
-};
+use crate::report::{OperationSummary, Report, WatchSummary};
 use crate::watch::WatchStats;
 
 /// Collects the recorders' results.
@@ -23,78 +19,25 @@ pub(crate) fn build(
     recorders: &[Arc<OpRecorder>],
     watch: &WatchStats,
 ) -> Report {
-    let mut report = Report {
-        schema: SCHEMA.to_string(),
-        target: config.endpoints.join(","),
-        started_at_unix_ms: u64::try_from(started_at_unix_nanos / 1_000_000).unwrap_or(0),
-        duration_s: elapsed.as_secs_f64(),
+    let mut report = Report::empty(
+        &config.endpoints.join(","),
+        started_at_unix_nanos,
+        elapsed,
         interrupted,
-        schedule: schedule_name(&config.schedule),
-        operations: Vec::new(),
-        watches: None,
-        nodes: None,
-        server_metrics: Vec::new(),
-        shard: None,
-        histograms: BTreeMap::new(),
-        series: Vec::new(),
-    };
+        &config.schedule,
+    );
     // Achieved rates over the scheduling window, not the drain after it.
-    let window = elapsed.min(config.duration);
-    for rec in recorders {
-        let stats = rec.snapshot();
-        let mut sum = OperationSummary::from_stats(rec.name(), &stats, window);
-        describe(config, &mut sum);
-        if let crate::schedule::ScheduleKind::Steps { steps, .. } = config.schedule {
-            let full = sum.target_rate_per_s.unwrap_or(0.0);
-            let n = f64::from(steps.max(1));
-            sum.steps = stats
-                .slices
-                .iter()
-                .enumerate()
-                .filter(|(_, sl)| sl.requests > 0)
-                .map(|(k, sl)| StepSummary {
-                    step: k as u64 + 1,
-                    target_rate_per_s: full * (k as f64 + 1.0).min(n) / n,
-                    requests: sl.requests,
-                    error_rate: ratio(sl.requests - sl.ok, sl.requests),
-                    rate_429: ratio(sl.rejected_429, sl.requests),
-                    latency_ms: Percentiles::of(&sl.latency),
-                })
-                .collect();
-        }
-        report.operations.push(sum);
-        report
-            .histograms
-            .insert(rec.name().to_string(), stats.latency.clone());
-        report.series.extend(
-            stats
-                .series
-                .into_iter()
-                .map(|row| (rec.name().to_string(), row)),
-        );
-    }
+    report.add_operations(
+        recorders,
+        elapsed.min(config.duration),
+        &config.schedule,
+        |sum| describe(config, sum),
+    );
     if let Some(spec) = &config.watches {
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        report.watches = Some(WatchSummary {
-            watchers: spec.count,
-            active_at_end: get(&watch.active),
-            events: get(&watch.events),
-            bookmarks: 0,
-            reconnects: get(&watch.reconnects),
-            relists: 0,
-            gone_410: get(&watch.gone),
-            errors: get(&watch.errors),
-        });
+        // etcd watches have no bookmarks or relists: those counters stay 0.
+        report.watches = Some(WatchSummary::of(spec.count, watch));
     }
     report
-}
-
-fn ratio(n: u64, d: u64) -> f64 {
-    if d == 0 {
-        0.0
-    } else {
-        n as f64 / d as f64
-    }
 }
 
 /// Verb, resource (the prefix), scope and target rate of an etcd operation.
