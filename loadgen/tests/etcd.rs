@@ -12,32 +12,17 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::process::Command;
 
 use clap::Parser;
 use std::path::Path;
 
+use bench::sim::etcd_server::EtcdServer;
 use etcd_client::{Client, GetOptions};
 use loadgen::etcd::{EtcdArgs, EtcdConfig, EtcdError};
 use loadgen::scenario::{self, RunOptions, ScenarioReport};
 use tokio_util::sync::CancellationToken;
-
-/// A real etcd, killed by its own pid and its data dir removed on drop.
-struct Etcd {
-    url: String,
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -47,68 +32,14 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn healthy(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let req = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.contains("\"health\":\"true\"")
-}
-
-/// Starts etcd on free loopback ports (etcd cannot bind port 0: a start that
-/// loses the race for a port is retried with new ones) and polls /health.
-fn start_etcd() -> Etcd {
-    let binary = std::env::var("ETCD_BIN").unwrap_or_else(|_| "/usr/bin/etcd".into());
-    for _ in 0..5 {
-        let dir = tempfile::Builder::new()
-            .prefix("loadgen-etcd-")
-            .tempdir()
-            .unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut child = Command::new(&binary)
-            .arg("--name=loadgen-test")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={url}"))
-            .arg(format!("--advertise-client-urls={url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=loadgen-test={peer_url}"))
-            .arg("--log-level=error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {binary} (install Debian's etcd-server): {e}"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if healthy(client) {
-                return Etcd {
-                    url,
-                    child,
-                    _dir: dir,
-                };
-            }
-            if !matches!(child.try_wait(), Ok(None)) || Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    panic!("etcd did not become healthy after 5 tries");
-}
-
-async fn etcd() -> Etcd {
-    tokio::task::spawn_blocking(start_etcd).await.unwrap()
+/// A real etcd on free loopback ports, killed on drop (the sim's test etcd).
+async fn etcd() -> EtcdServer {
+    tokio::task::spawn_blocking(|| {
+        EtcdServer::start()
+            .unwrap_or_else(|e| panic!("cannot start etcd (install Debian's etcd-server): {e}"))
+    })
+    .await
+    .unwrap()
 }
 
 #[derive(Debug, Parser)]
