@@ -22,7 +22,9 @@
 #   STEPS="0 60 120 240 240rv0"
 #   NODES=200 PODS=10000 POD_BYTES=3300 PATCH_RATE=20/s
 #   SIM_FLAGS=""         extra flags for the sim (e.g. "--model-set quantum=0.02")
+#   SIM_MEMORY_LIMIT=24Gi the sim's --memory-limit (the machine's memory, as the real one has)
 #   SKIP_BUILD=1         use the existing target/release binaries
+#   LOADGEN=, SIM=       other binaries to use (with SKIP_BUILD=1)
 #   OUT=dir              keep the loadgen outputs (and the servers' logs) there
 #                        (default: a temp dir, removed)
 # Run it on a quiet machine: builds or tests alongside inflate the real apiserver's figures.
@@ -38,8 +40,11 @@ PODS=${PODS:-10000}
 POD_BYTES=${POD_BYTES:-3300}
 PATCH_RATE=${PATCH_RATE:-20/s}
 SIM_FLAGS=${SIM_FLAGS:-}
-LOADGEN=$ROOT/target/release/loadgen
-SIM=$ROOT/target/release/tollgate-bench
+# The real apiserver runs with no memory limit on this 24 GiB machine; the sim gets the same,
+# so a step that would OOM-kill an 8 GiB control plane is measured, not restarted.
+SIM_MEMORY_LIMIT=${SIM_MEMORY_LIMIT:-24Gi}
+LOADGEN=${LOADGEN:-$ROOT/target/release/loadgen}
+SIM=${SIM:-$ROOT/target/release/tollgate-bench}
 
 log() { echo "calibrate: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -125,7 +130,7 @@ for target in $TARGETS; do
         ;;
     sim)
         # shellcheck disable=SC2086
-        "$SIM" sim --cost-model modeled --listen 127.0.0.1:0 --exit-with-stdin \
+        "$SIM" sim --cost-model modeled --memory-limit "$SIM_MEMORY_LIMIT" --listen 127.0.0.1:0 --exit-with-stdin \
             --kubeconfig-out "$TMP/sim.kubeconfig" $SIM_FLAGS >"$TMP/sim.out" 2>"$TMP/sim.err" < <(sleep infinity) &
         SIM_PID=$!
         for _ in $(seq 1 300); do grep -q "serving the Kubernetes API" "$TMP/sim.out" && break; sleep 0.1; done

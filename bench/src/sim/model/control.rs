@@ -5,6 +5,7 @@
 //! the same stations, so a relist storm slows it) before it serves again.
 
 use super::costs::{Constants, Demand};
+use super::heap::GoHeap;
 use super::stations::{StationConfig, Stations};
 use crate::sim::store::Store;
 use prometheus_client::collector::Collector;
@@ -46,20 +47,56 @@ impl ModelConfig {
     }
 }
 
-/// Memory the modeled apiserver holds; shared with the metrics collector.
-#[derive(Debug, Default)]
+/// The modeled apiserver's memory (Go's heap, as its RSS follows it);
+/// shared with the metrics collector. The lock is never held across an await.
+#[derive(Debug)]
 struct Memory {
-    /// Resident with nothing in flight (the watch cache included once filled).
-    base: AtomicU64,
-    /// Held by requests in flight.
-    held: AtomicU64,
+    heap: Mutex<GoHeap>,
     /// Bumped at each crash: holds from before it are not given back twice.
     generation: AtomicU64,
+    /// The heap's clock starts here (tokio's, so paused-clock tests move it).
+    epoch: Instant,
 }
 
 impl Memory {
-    fn total(&self) -> u64 {
-        self.base.load(Ordering::Relaxed) + self.held.load(Ordering::Relaxed)
+    fn new(c: &Constants) -> Memory {
+        Memory {
+            heap: Mutex::new(GoHeap::new(c.heap_params(), c.memory_base, 0.0)),
+            generation: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    fn heap(&self) -> std::sync::MutexGuard<'_, GoHeap> {
+        // A panic while holding it leaves numbers, not broken invariants.
+        self.heap.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn rss(&self) -> u64 {
+        let now = self.now();
+        self.heap().rss(now) as u64
+    }
+
+    /// Allocates; returns the RSS reached.
+    fn allocate(&self, live: f64, garbage: f64) -> f64 {
+        let now = self.now();
+        self.heap().allocate(live, garbage, now)
+    }
+
+    fn set_base(&self, base: f64) {
+        let now = self.now();
+        self.heap().set_base(base, now);
+    }
+
+    /// A new process: only its base memory.
+    fn restart(&self, c: &Constants) {
+        let now = self.now();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        *self.heap() = GoHeap::new(c.heap_params(), c.memory_base, now);
     }
 }
 
@@ -88,22 +125,17 @@ pub struct ControlPlane {
     stop: CancellationToken,
 }
 
-/// Memory held by one request; given back on drop.
+/// Memory held by one request; garbage once dropped.
 pub struct MemoryHold {
     memory: Arc<Memory>,
-    bytes: u64,
+    bytes: f64,
     generation: u64,
 }
 
 impl Drop for MemoryHold {
     fn drop(&mut self) {
         if self.memory.generation.load(Ordering::Acquire) == self.generation {
-            let _ = self
-                .memory
-                .held
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                    Some(h.saturating_sub(self.bytes))
-                });
+            self.memory.heap().release(self.bytes);
         }
     }
 }
@@ -137,7 +169,7 @@ impl ControlPlane {
             etcd_range_lock_fraction: c.etcd_range_lock_fraction,
             etcd_fsync: c.etcd_fsync,
         });
-        let memory = Arc::new(Memory::default());
+        let memory = Arc::new(Memory::new(c));
         let (ready, _) = watch::channel(true);
         if config.enabled {
             tokio::spawn(stations.clone().run(stop.clone()));
@@ -214,33 +246,40 @@ impl ControlPlane {
         self.watch_floor.load(Ordering::Acquire)
     }
 
-    /// Modeled memory now (bytes).
+    /// Modeled resident memory now (bytes).
     pub fn virtual_memory(&self) -> u64 {
-        self.memory.total()
+        self.memory.rss()
     }
 
-    /// Takes `bytes` of modeled memory for a request. Past `--memory-limit`
-    /// the apiserver is OOM-killed: `None`, and every connection is dropped.
+    /// Takes `bytes` of modeled memory for a request until the hold is
+    /// dropped. Past `--memory-limit` the apiserver is OOM-killed: `None`,
+    /// and every connection is dropped.
     pub fn hold(self: &Arc<Self>, bytes: f64) -> Option<MemoryHold> {
-        let bytes = bytes.max(0.0) as u64;
+        let bytes = bytes.max(0.0);
         let generation = self.memory.generation.load(Ordering::Acquire);
         let hold = MemoryHold {
             memory: self.memory.clone(),
             bytes,
             generation,
         };
-        let held = self.memory.held.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        if self.memory.base.load(Ordering::Relaxed) + held > self.config.memory_limit {
+        if self.memory.allocate(bytes, 0.0) > self.config.memory_limit as f64 {
             self.crash();
             return None;
         }
         Some(hold)
     }
 
-    /// Waits while the stations serve `d` (memory is held by the caller).
-    pub async fn serve(&self, d: &Demand) {
+    /// Waits while the stations serve `d` (its live memory is held by the
+    /// caller; its garbage is allocated here). An OOM kill on the way never
+    /// returns: the connection the request came on is being dropped.
+    pub async fn serve(self: &Arc<Self>, d: &Demand) {
         if !self.enabled() {
             return;
+        }
+        if d.garbage > 0.0 && self.memory.allocate(0.0, d.garbage) > self.config.memory_limit as f64
+        {
+            self.crash();
+            std::future::pending::<()>().await;
         }
         self.stations.cpu(d.cpu_before).await;
         self.stations.etcd_read(d.etcd_read).await;
@@ -261,11 +300,7 @@ impl ControlPlane {
             life.up_at = now + Duration::from_secs_f64(self.constants().restart_seconds);
             life.up_at
         };
-        self.memory.generation.fetch_add(1, Ordering::AcqRel);
-        self.memory.held.store(0, Ordering::Release);
-        self.memory
-            .base
-            .store(self.constants().memory_base as u64, Ordering::Relaxed);
+        self.memory.restart(self.constants());
         self.stations.reset_cpu();
         self.ready.send_replace(false);
         self.restarts.inc();
@@ -294,9 +329,7 @@ impl ControlPlane {
                 _ = cp.serve(&fill) => {}
                 _ = cp.stop.cancelled() => return,
             }
-            cp.memory
-                .base
-                .store(cp.constants().base_memory(bytes) as u64, Ordering::Relaxed);
+            cp.memory.set_base(cp.constants().base_memory(bytes));
             cp.watch_floor.store(listed_at, Ordering::Release);
             cp.ready.send_replace(true);
             tracing::info!(objects, bytes, "modeled watch cache ready");
@@ -320,9 +353,7 @@ async fn track_cache_memory(
         if *ready.borrow() {
             // Walking the snapshots costs ~1 ms per 10,000 objects, once a second.
             let (_, bytes) = cache_size(&store);
-            memory
-                .base
-                .store(c.base_memory(bytes) as u64, Ordering::Relaxed);
+            memory.set_base(c.base_memory(bytes));
         }
         tokio::select! {
             _ = tokio::time::sleep(CACHE_MEMORY_REFRESH) => {}
@@ -357,10 +388,10 @@ impl Collector for ModelCollector {
             let labels = [("component", component)];
             ConstCounter::new(v).encode(family.encode_family(&labels)?)?;
         }
-        let g = ConstGauge::new(self.memory.total() as f64);
+        let g = ConstGauge::new(self.memory.rss() as f64);
         g.encode(encoder.encode_descriptor(
             "tollgate_sim_virtual_memory_bytes",
-            "Resident memory of the modeled apiserver: base, watch cache and what requests in flight hold.",
+            "Resident memory of the modeled apiserver: Go's heap (base, watch cache, what requests in flight hold, garbage not yet collected) and pages not yet given back.",
             None,
             MetricType::Gauge,
         )?)?;

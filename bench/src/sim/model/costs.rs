@@ -67,7 +67,7 @@ constants! {
     /// Per byte read from etcd (decoding scales with object size).
     /// Calibrated with encode_per_byte: the apiserver's share of the consistent LIST alone, and
     /// LISTs at 240/min overloading two cores (reference: LIST p50 5.3 s) while 120/min do not.
-    decode_per_byte: 6e-9,
+    decode_per_byte: 5e-9,
     /// Per object evaluated against a selector: GetAttrs + match, the cost Tess.IO profiled
     /// (seed 002: "GetAttrs … costs"); charged for every object read on the etcd path.
     selector_per_object: 1e-6,
@@ -107,6 +107,23 @@ constants! {
     /// Memory held per byte of response encoded: the JSON buffer, filled as the LIST is
     /// encoded (half of it on average over the LIST's life).
     encode_memory_per_byte: 0.5,
+    /// Bytes a LIST from etcd allocates and drops per byte read (gRPC buffers, the
+    /// protobuf response, objects decoded to the internal version and converted back to v1,
+    /// each decoded copy several times its encoded size): garbage until the next collection.
+    /// Calibrated: peak RSS at 60 and 120 consistent LISTs/min (real: 1.53 and 2.42 GB,
+    /// against 0.74 GB without LISTs).
+    etcd_list_garbage_per_byte: 18.0,
+    /// Bytes dropped per byte of response encoded (the JSON buffer grows by doubling).
+    encode_garbage_per_byte: 2.0,
+    /// Bytes dropped per byte of object written (request body decoded, the patch applied
+    /// through JSON maps, validation, the stored object encoded twice).
+    write_garbage_per_byte: 20.0,
+    /// `GOGC`: a collection starts when the heap has grown this many percent over what
+    /// the previous one found live (kube-apiserver runs with Go's default, 100).
+    gc_percent: 100.0,
+    /// Bytes per second Go's background scavenger returns to the kernel (it is capped at
+    /// 1% of the CPU and keeps 10% over the heap goal); an order-of-magnitude estimate.
+    scavenge_per_second: 64e6,
     // --- restarts ---
     /// Seconds from an OOM kill until the new apiserver accepts connections
     /// (container restart + process start; kube-apiserver takes ~5 s to serve here).
@@ -140,6 +157,8 @@ pub struct Demand {
     pub cpu_after: f64,
     /// Bytes held from the start of the request until its response is written.
     pub memory: f64,
+    /// Bytes allocated and dropped on the way (garbage until Go's next collection).
+    pub garbage: f64,
 }
 
 impl Demand {
@@ -168,6 +187,8 @@ impl Constants {
                     + encode,
                 memory: self.etcd_list_memory_per_byte * s.fetched_bytes as f64
                     + self.encode_memory_per_byte * s.returned_bytes as f64,
+                garbage: self.etcd_list_garbage_per_byte * s.fetched_bytes as f64
+                    + self.encode_garbage_per_byte * s.returned_bytes as f64,
             }
         } else {
             Demand {
@@ -175,6 +196,7 @@ impl Constants {
                 cpu_after: (self.cache_per_object + self.selector_per_object) * s.evaluated as f64
                     + encode,
                 memory: self.encode_memory_per_byte * s.returned_bytes as f64,
+                garbage: self.encode_garbage_per_byte * s.returned_bytes as f64,
                 ..Demand::default()
             }
         }
@@ -185,9 +207,11 @@ impl Constants {
         let mut d = Demand {
             cpu_before: self.request_cpu,
             cpu_after: self.encode_per_byte * bytes as f64,
+            garbage: self.encode_garbage_per_byte * bytes as f64,
             ..Demand::default()
         };
         if from_etcd {
+            d.garbage += self.etcd_list_garbage_per_byte * bytes as f64;
             d.etcd_read = self.etcd_range_cpu
                 + self.etcd_range_per_key
                 + self.etcd_range_per_byte * bytes as f64;
@@ -202,6 +226,7 @@ impl Constants {
             cpu_before: self.request_cpu + self.write_cpu + self.write_cpu_per_byte * bytes as f64,
             etcd_write: self.etcd_write_cpu + self.etcd_range_per_byte * bytes as f64,
             cpu_after: self.encode_per_byte * bytes as f64,
+            garbage: self.write_garbage_per_byte * bytes as f64,
             ..Demand::default()
         }
     }
@@ -223,13 +248,24 @@ impl Constants {
             fetched_bytes: bytes,
             ..ListShape::default()
         });
+        // Counted in the new process's base memory once the cache is filled;
+        // a restart is not itself killed for memory.
         d.memory = 0.0;
+        d.garbage = 0.0;
         d
     }
 
     /// Resident memory with the watch cache holding `cached_bytes` of objects.
     pub fn base_memory(&self, cached_bytes: u64) -> f64 {
         self.memory_base + self.cache_memory_per_byte * cached_bytes as f64
+    }
+
+    /// The Go runtime settings of the modeled apiserver.
+    pub fn heap_params(&self) -> super::heap::HeapParams {
+        super::heap::HeapParams {
+            gc_percent: self.gc_percent,
+            scavenge_per_second: self.scavenge_per_second,
+        }
     }
 }
 
