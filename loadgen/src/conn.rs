@@ -9,6 +9,12 @@
 //! when none is idle, so there are as many as requests in flight. HTTP/2 keeps
 //! one multiplexed connection, opened on first use and replaced when it closes.
 //! With `--http-version auto` over TLS, ALPN decides which of the two.
+//!
+//! The scheduled operations' drivers send HTTP/1.1 on their own client path
+//! instead (`drive::h1`, on the wire in [`h1`]); they connect through
+//! [`Conns::dial_h1`] and hand an HTTP/2 connection that ALPN chose to hyper here.
+
+pub(crate) mod h1;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +41,7 @@ use crate::target::{HttpVersion, Target};
 /// connections. Beyond it, requests wait for a slot or for a connection
 /// given back, whichever comes first (their latency still counts from the
 /// intended start).
-const MAX_OPENING: usize = 32;
+pub(crate) const MAX_OPENING: usize = 32;
 /// How long opening a connection (TCP and TLS) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Sent with every request.
@@ -49,6 +55,13 @@ type H2 = http2::SendRequest<Full<Bytes>>;
 enum Opened {
     H1(H1),
     H2(H2),
+}
+
+/// A connection opened for the drivers' HTTP/1.1 path.
+pub(crate) enum Dialed {
+    H1(h1::Stream),
+    /// ALPN chose HTTP/2: the connection is this [`Conns`]' HTTP/2 connection now.
+    H2,
 }
 
 /// Which connection carried a request; given back with [`Conns::release`]
@@ -152,7 +165,8 @@ impl Conns {
         }
     }
 
-    fn use_h2(&self) -> bool {
+    /// Requests go over HTTP/2 (asked for, or chosen by ALPN).
+    pub(crate) fn use_h2(&self) -> bool {
         self.http == HttpVersion::Http2 || self.negotiated_h2.load(Ordering::Relaxed)
     }
 
@@ -194,6 +208,36 @@ impl Conns {
         if let Lease::H1(s) = lease {
             put_idle(&self.idle, s);
         }
+    }
+
+    /// The server URL's path prefix, put before every request's path.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub(crate) fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
+    /// `host`, `accept` and `user-agent` as HTTP/1.1 header lines.
+    pub(crate) fn fixed_headers(&self) -> Vec<u8> {
+        h1::fixed_headers(&self.host, ACCEPT_JSON.as_bytes(), USER_AGENT.as_bytes())
+    }
+
+    /// Opens a connection for the drivers' HTTP/1.1 path. If ALPN chooses
+    /// HTTP/2 (`--http-version auto` over TLS), it becomes the HTTP/2
+    /// connection here, and every later request goes to hyper's HTTP/2 client.
+    pub(crate) async fn dial_h1(&self) -> Result<Dialed, ErrorClass> {
+        let (stream, h2) = self.dialer.stream().await?;
+        if !h2 {
+            return Ok(Dialed::H1(stream));
+        }
+        let Opened::H2(s) = Dialer::handshake(TokioIo::new(stream), true).await? else {
+            return Err(ErrorClass::Protocol);
+        };
+        self.negotiated_h2.store(true, Ordering::Relaxed);
+        *self.h2.lock().await = Some(s);
+        Ok(Dialed::H2)
     }
 
     /// A request's credentials were refused (401).
@@ -329,6 +373,12 @@ impl Dialer {
     /// Opens a connection (TCP, then TLS with ALPN) and starts its task on
     /// this thread's runtime.
     async fn open(self: Arc<Self>) -> Result<Opened, ErrorClass> {
+        let (stream, h2) = self.stream().await?;
+        Self::handshake(TokioIo::new(stream), h2).await
+    }
+
+    /// Opens a byte stream (TCP, then TLS with ALPN): whether to speak HTTP/2 on it.
+    async fn stream(&self) -> Result<(h1::Stream, bool), ErrorClass> {
         // Never closed, so acquiring cannot fail.
         let _slot = self
             .opening
@@ -341,14 +391,17 @@ impl Dialer {
                 .map_err(|_| ErrorClass::Connection)?;
             tcp.set_nodelay(true).map_err(|_| ErrorClass::Connection)?;
             match &self.tls {
-                None => Self::handshake(TokioIo::new(tcp), self.http == HttpVersion::Http2).await,
+                None => Ok((h1::Stream::Plain(tcp), self.http == HttpVersion::Http2)),
                 Some((connector, name)) => {
                     let tls = connector
                         .connect(name.clone(), tcp)
                         .await
                         .map_err(|_| ErrorClass::Connection)?;
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                    Self::handshake(TokioIo::new(tls), h2 || self.http == HttpVersion::Http2).await
+                    Ok((
+                        h1::Stream::Tls(Box::new(tls)),
+                        h2 || self.http == HttpVersion::Http2,
+                    ))
                 }
             }
         };

@@ -12,7 +12,18 @@
 //! wake (its own and the hand-off). Latency runs from each tick's intended
 //! start; at `--max-in-flight` outstanding requests a tick is dropped and
 //! counted.
+//!
+//! HTTP/1.1 requests go out on the driver's own client path ([`h1`]): the
+//! request future writes and reads its connection itself, and its timeout is
+//! a deadline the driver checks when it wakes ([`deadline`]), so a request
+//! costs no task, channel or timer besides its own future. Every response
+//! that is ready and every due tick are handled in one wakeup. HTTP/2 goes
+//! through hyper's client in [`Conns`].
 
+mod deadline;
+mod h1;
+
+use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -26,12 +37,13 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use self::deadline::Deadlines;
 use crate::conn::Conns;
-use crate::ops::{OpKind, OpSpec};
+use crate::ops::{OpKind, OpSpec, Planned};
 use crate::record::{OpRecorder, Outcome};
 use crate::run::RunCtx;
 use crate::schedule::Ticks;
-use crate::send::{self, Sent};
+use crate::send::{self, SendOptions, Sent};
 
 /// How much earlier than intended a tick may leave: about what waking the
 /// thread takes, so that requests leave on time rather than always late.
@@ -104,6 +116,13 @@ async fn drive(
             return;
         }
     };
+    let pool = h1::Pool::new(conns);
+    let deadlines = RefCell::new(Deadlines::default());
+    let client = Client {
+        conns,
+        pool: &pool,
+        deadlines: &deadlines,
+    };
     let mut schedule = ticks.enumerate().peekable();
     let mut ticks_done = false;
     let mut in_flight = FuturesUnordered::new();
@@ -116,8 +135,11 @@ async fn drive(
         // schedule is looked at, so none is lost.
         while alarm.poll_ring(cx).is_ready() {}
         loop {
+            let now = std::time::Instant::now();
+            // Attempts past their deadline end (with a timeout) in this pass.
+            deadlines.borrow_mut().expire(now);
+            let mut wake_at = deadlines.borrow().next_due();
             if !ticks_done {
-                let now = std::time::Instant::now();
                 while let Some(&(i, offset)) = schedule.peek() {
                     let at = offset + phase;
                     if at >= duration {
@@ -138,22 +160,31 @@ async fn drive(
                     // Latency runs from the intended start, or from the actual one
                     // if the request left early: never shorter than what the server took.
                     let slice = step.map(|s| (offset.as_secs_f64() / s.as_secs_f64()) as usize);
-                    in_flight.push(request(op, ctx, conns, rec, i as u64, intended.min(now), slice));
+                    in_flight.push(request(op, ctx, &client, rec, i as u64, intended.min(now), slice));
                 }
                 if let Some(&(_, offset)) = schedule.peek().filter(|_| !ticks_done) {
                     let due = (std_start + offset + phase)
                         .checked_sub(TIMER_SLACK)
                         .unwrap_or(std_start);
-                    if let Err(e) = alarm.arm(due) {
-                        tracing::error!(operation = %op.name, error = %e, "cannot set the driver's timer");
-                        return Poll::Ready(true);
-                    }
+                    wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
                 }
             }
-            match in_flight.poll_next_unpin(cx) {
-                Poll::Ready(Some(())) => continue,
-                Poll::Ready(None) if ticks_done => return Poll::Ready(false),
-                _ => return Poll::Pending,
+            if let Some(due) = wake_at {
+                if let Err(e) = alarm.arm(due) {
+                    tracing::error!(operation = %op.name, error = %e, "cannot set the driver's timer");
+                    return Poll::Ready(true);
+                }
+            }
+            // Every request that can finish now does, before the clock and
+            // the schedule are looked at again.
+            let mut finished = 0;
+            loop {
+                match in_flight.poll_next_unpin(cx) {
+                    Poll::Ready(Some(())) => finished += 1,
+                    Poll::Ready(None) if ticks_done => return Poll::Ready(false),
+                    _ if finished > 0 => break,
+                    _ => return Poll::Pending,
+                }
             }
         }
     })
@@ -195,15 +226,16 @@ impl Alarm {
     }
 
     /// Rings at `due`, but not sooner than [`MIN_WAKE_GAP`] after the last
-    /// ring. Ticks only move forward, so an alarm already set (for an earlier
-    /// tick the driver issued on its own) is left as it is: one `settime` per ring.
+    /// ring. Ticks and deadlines only move forward, so an alarm already set
+    /// for no later (an earlier tick the driver issued on its own) is left as
+    /// it is: one `settime` per ring.
     fn arm(&mut self, due: std::time::Instant) -> std::io::Result<()> {
-        if self.armed.is_some() {
-            return Ok(());
-        }
         let at = self
             .last_ring
             .map_or(due, |last| due.max(last + MIN_WAKE_GAP));
+        if self.armed.is_some_and(|armed| armed <= at) {
+            return Ok(());
+        }
         // A zero value would disarm the timer: ring at once instead.
         let wait = at
             .saturating_duration_since(std::time::Instant::now())
@@ -253,13 +285,13 @@ impl Alarm {
 async fn request(
     op: &OpSpec,
     ctx: &RunCtx,
-    conns: &Conns,
+    client: &Client<'_>,
     rec: &OpRecorder,
     i: u64,
     intended: Instant,
     slice: Option<usize>,
 ) {
-    match execute(op, ctx, conns, i).await {
+    match execute(op, ctx, client, i).await {
         Some(sent) => {
             let latency = intended.elapsed();
             rec.record(&sent.outcome, latency, ctx.config.send.honor_retry_after);
@@ -273,7 +305,7 @@ async fn request(
 
 /// Performs the `i`-th request of `op`: a paged LIST follows `continue` to the
 /// end and counts as one request. `None` when there is nothing to do.
-async fn execute(op: &OpSpec, ctx: &RunCtx, conns: &Conns, i: u64) -> Option<Sent> {
+async fn execute(op: &OpSpec, ctx: &RunCtx, client: &Client<'_>, i: u64) -> Option<Sent> {
     let opts = &ctx.config.send;
     match &op.kind {
         OpKind::List { limit, rv, .. } => {
@@ -287,7 +319,7 @@ async fn execute(op: &OpSpec, ctx: &RunCtx, conns: &Conns, i: u64) -> Option<Sen
             let base_path = planned.path.clone();
             let mut total = Outcome::default();
             loop {
-                let sent = send::send(conns, &planned, opts, want_meta).await;
+                let sent = client.send(&planned, opts, want_meta).await;
                 merge(&mut total, sent.outcome);
                 let Some(meta) = sent.list_meta.filter(|_| total.is_success()) else {
                     return Some(Sent {
@@ -311,14 +343,14 @@ async fn execute(op: &OpSpec, ctx: &RunCtx, conns: &Conns, i: u64) -> Option<Sen
         OpKind::Delete => {
             let name = ctx.created.pop()?;
             let planned = op.plan(i, None, Some(&name))?;
-            Some(send::send(conns, &planned, opts, false).await)
+            Some(client.send(&planned, opts, false).await)
         }
         OpKind::Create => {
             if ctx.creations.fetch_add(1, Ordering::Relaxed) >= ctx.config.max_objects {
                 return None;
             }
             let planned = op.plan(i, None, None)?;
-            let sent = send::send(conns, &planned, opts, false).await;
+            let sent = client.send(&planned, opts, false).await;
             if sent.outcome.is_success() {
                 ctx.created.push(op.created_name(i));
             }
@@ -326,7 +358,25 @@ async fn execute(op: &OpSpec, ctx: &RunCtx, conns: &Conns, i: u64) -> Option<Sen
         }
         OpKind::Get | OpKind::Patch { .. } => {
             let planned = op.plan(i, None, None)?;
-            Some(send::send(conns, &planned, opts, false).await)
+            Some(client.send(&planned, opts, false).await)
+        }
+    }
+}
+
+/// How a driver's requests are sent.
+struct Client<'a> {
+    conns: &'a Conns,
+    pool: &'a h1::Pool<'a>,
+    deadlines: &'a RefCell<Deadlines>,
+}
+
+impl Client<'_> {
+    async fn send(&self, planned: &Planned, opts: &SendOptions, want_meta: bool) -> Sent {
+        if self.conns.use_h2() {
+            // Boxed: hyper's request state would make every request's future larger.
+            Box::pin(send::send(self.conns, planned, opts, want_meta)).await
+        } else {
+            h1::send(self.pool, self.deadlines, planned, opts, want_meta).await
         }
     }
 }

@@ -126,7 +126,8 @@ pub struct Sent {
     pub list_meta: Option<ListMeta>,
 }
 
-struct Attempt {
+/// One attempt's response, read to its end.
+pub(crate) struct Attempt {
     status: u16,
     bytes: u64,
     class: Option<(ClassSource, String)>,
@@ -142,20 +143,26 @@ pub async fn send<T: Transport>(
     opts: &SendOptions,
     want_meta: bool,
 ) -> Sent {
+    retrying(opts, || async {
+        tokio::time::timeout(opts.timeout, attempt(client, planned, want_meta))
+            .await
+            .unwrap_or(Err(ErrorClass::Timeout))
+    })
+    .await
+}
+
+/// Makes attempts (each bounded by `opts.timeout` by `attempt` itself) until
+/// one is not a 429 to retry.
+pub(crate) async fn retrying<F, A>(opts: &SendOptions, mut attempt: F) -> Sent
+where
+    F: FnMut() -> A,
+    A: Future<Output = Result<Attempt, ErrorClass>>,
+{
     let mut outcome = Outcome::default();
     let mut attempt_no = 0u32;
     loop {
-        let result = tokio::time::timeout(opts.timeout, attempt(client, planned, want_meta)).await;
-        let a = match result {
-            Err(_) => {
-                outcome.error = Some(ErrorClass::Timeout);
-                outcome.status = None;
-                return Sent {
-                    outcome,
-                    list_meta: None,
-                };
-            }
-            Ok(Err(class)) => {
+        let a = match attempt().await {
+            Err(class) => {
                 outcome.error = Some(class);
                 outcome.status = None;
                 return Sent {
@@ -163,7 +170,7 @@ pub async fn send<T: Transport>(
                     list_meta: None,
                 };
             }
-            Ok(Ok(a)) => a,
+            Ok(a) => a,
         };
         outcome.status = Some(a.status);
         outcome.bytes += a.bytes;
@@ -188,7 +195,49 @@ pub async fn send<T: Transport>(
     }
 }
 
-async fn attempt<T: Transport>(
+/// How much of a response body is kept for reading: a 429's (its `Status`),
+/// a 2xx list's start when its `metadata` is wanted, else none.
+pub(crate) fn kept_limit(status: u16, want_meta: bool) -> usize {
+    if status == 429 {
+        MAX_KEPT_429_BODY
+    } else if want_meta && (200..300).contains(&status) {
+        MAX_KEPT_LIST_PREFIX
+    } else {
+        0
+    }
+}
+
+impl Attempt {
+    /// An attempt from its response: `kept` is the body's start (see [`kept_limit`]).
+    pub(crate) fn new(
+        status: u16,
+        bytes: u64,
+        class: Option<(ClassSource, String)>,
+        retry_after: Option<Duration>,
+        kept: &[u8],
+        want_meta: bool,
+    ) -> Attempt {
+        let mut out = Attempt {
+            status,
+            bytes,
+            class,
+            retry_after,
+            rejection: None,
+            list_meta: None,
+        };
+        if status == 429 {
+            let (kind, body_retry) = understand_429(kept);
+            out.rejection = Some(kind);
+            out.retry_after = out.retry_after.or(body_retry);
+        } else if kept_limit(status, want_meta) > 0 {
+            out.list_meta = list_meta(kept);
+        }
+        out
+    }
+}
+
+/// One attempt over `client`'s hyper connection, the body read to its end.
+pub(crate) async fn attempt<T: Transport>(
     client: &T,
     planned: &Planned,
     want_meta: bool,
@@ -211,7 +260,7 @@ async fn attempt<T: Transport>(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(Duration::from_secs);
-    let keep = status == 429 || (want_meta && (200..300).contains(&status));
+    let limit = kept_limit(status, want_meta);
     let mut body = resp.into_body();
     let mut kept = Vec::new();
     let mut bytes = 0u64;
@@ -219,34 +268,21 @@ async fn attempt<T: Transport>(
         let frame = frame.map_err(|e| classify_hyper(&e))?;
         if let Some(data) = frame.data_ref() {
             bytes += data.len() as u64;
-            let room = if status == 429 {
-                MAX_KEPT_429_BODY
-            } else {
-                MAX_KEPT_LIST_PREFIX
-            }
-            .saturating_sub(kept.len());
-            if keep && room > 0 {
+            let room = limit.saturating_sub(kept.len());
+            if room > 0 {
                 kept.extend_from_slice(&data[..data.len().min(room)]);
             }
         }
     }
     client.release(lease);
-    let mut out = Attempt {
+    Ok(Attempt::new(
         status,
         bytes,
         class,
-        retry_after: header_retry_after,
-        rejection: None,
-        list_meta: None,
-    };
-    if status == 429 {
-        let (kind, body_retry) = understand_429(&kept);
-        out.rejection = Some(kind);
-        out.retry_after = out.retry_after.or(body_retry);
-    } else if keep {
-        out.list_meta = list_meta(&kept);
-    }
-    Ok(out)
+        header_retry_after,
+        &kept,
+        want_meta,
+    ))
 }
 
 /// `metadata` of a list from its body or a prefix of it: the whole body if it

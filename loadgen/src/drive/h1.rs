@@ -1,0 +1,305 @@
+//! The driver's own HTTP/1.1 client path: its idle connections and the
+//! requests waiting for one, and one attempt (write, read the response to its
+//! end) done by the request future itself on the driver's thread. No
+//! connection task, no channel, no timer per request (the driver keeps the
+//! deadlines, see [`super::deadline`]); the request bytes are written into the
+//! connection's reused buffer from headers serialized once.
+//!
+//! Used for every scheduled request operation unless HTTP/2 is in use (asked
+//! for, or chosen by ALPN with `--http-version auto`, in which case the
+//! connection is handed to hyper's HTTP/2 client in [`Conns`]).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
+use super::deadline::{with_deadline, Deadlines};
+use crate::conn::h1::{self, Conn};
+use crate::conn::{Conns, Dialed, MAX_OPENING};
+use crate::ops::Planned;
+use crate::record::ErrorClass;
+use crate::send::{self, Attempt, SendOptions, Sent};
+
+/// One driver's HTTP/1.1 connections.
+pub(crate) struct Pool<'a> {
+    conns: &'a Conns,
+    /// `host`, `accept` and `user-agent`, serialized once.
+    fixed: Vec<u8>,
+    state: RefCell<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Connections not carrying a request, most recently used last (so the
+    /// busiest few stay warm). No more than requests were ever in flight at
+    /// once, so bounded by `--max-in-flight`.
+    idle: Vec<Conn>,
+    /// Connections being opened, at most [`MAX_OPENING`].
+    opening: usize,
+    /// Requests waiting for a connection (all [`MAX_OPENING`] slots busy),
+    /// oldest first, sorted by id; at most one entry per request in flight.
+    waiters: VecDeque<Waiter>,
+    next_waiter: u64,
+}
+
+/// A request waiting for a connection.
+struct Waiter {
+    id: u64,
+    waker: Waker,
+    /// A connection given back and handed straight to this request: the
+    /// oldest waiter gets it, as in hyper's pool. (Left in the idle list,
+    /// whichever request ran first took it, and under overload some waited
+    /// for seconds behind newer ones.)
+    handed: Option<Conn>,
+    /// Woken for a free connect slot and not yet run.
+    woken: bool,
+    /// Wants a new connection only (a retry after a kept-alive one broke).
+    fresh: bool,
+}
+
+impl State {
+    /// Where waiter `id` is queued.
+    fn position(&self, id: u64) -> Option<usize> {
+        self.waiters.binary_search_by_key(&id, |w| w.id).ok()
+    }
+
+    /// A connect slot freed: the oldest waiting request not yet told may use it.
+    fn wake_for_slot(&mut self) {
+        if let Some(w) = self
+            .waiters
+            .iter_mut()
+            .find(|w| w.handed.is_none() && !w.woken)
+        {
+            w.woken = true;
+            w.waker.wake_by_ref();
+        }
+    }
+
+    /// Takes waiter `i` out of the queue; a connect slot it was woken for
+    /// and did not use is passed on. The connection handed to it, if any.
+    fn remove_waiter(&mut self, i: usize) -> Option<Conn> {
+        let w = self.waiters.remove(i)?;
+        if w.woken && self.opening < MAX_OPENING {
+            self.wake_for_slot();
+        }
+        w.handed
+    }
+
+    /// A connection is free: to the oldest waiting request that can use it, else idle.
+    fn give_back(&mut self, conn: Conn) {
+        match self
+            .waiters
+            .iter_mut()
+            .find(|w| w.handed.is_none() && !w.fresh)
+        {
+            Some(w) => {
+                w.handed = Some(conn);
+                w.waker.wake_by_ref();
+            }
+            None => self.idle.push(conn),
+        }
+    }
+}
+
+/// What a request got to send on.
+enum Checkout {
+    H1(Conn),
+    /// ALPN chose HTTP/2; [`Conns`] holds that connection now.
+    H2,
+}
+
+impl<'a> Pool<'a> {
+    pub(crate) fn new(conns: &'a Conns) -> Pool<'a> {
+        Pool {
+            fixed: conns.fixed_headers(),
+            conns,
+            state: RefCell::default(),
+        }
+    }
+
+    /// A usable idle connection, else a new one (the request waits for a
+    /// connect slot, or a connection given back, when [`MAX_OPENING`] are
+    /// being opened). `fresh`: a new connection only.
+    async fn checkout(&self, fresh: bool) -> Result<Checkout, ErrorClass> {
+        // This request's place among the waiters, if it has one.
+        let waiting = Cell::new(None);
+        let _unqueue = Unqueue {
+            pool: self,
+            id: &waiting,
+        };
+        let connect = poll_fn(|cx| {
+            let mut st = self.state.borrow_mut();
+            let queued = waiting.get().and_then(|id| st.position(id));
+            if let Some(i) = queued {
+                if let Some(c) = st.waiters[i].handed.take() {
+                    st.remove_waiter(i);
+                    waiting.set(None);
+                    return Poll::Ready(Ok(c));
+                }
+            }
+            let mut got = None;
+            if !fresh {
+                while let Some(mut c) = st.idle.pop() {
+                    if c.poll_usable(cx) {
+                        got = Some(Ok(c));
+                        break;
+                    }
+                }
+            }
+            if got.is_none() && st.opening < MAX_OPENING {
+                st.opening += 1;
+                got = Some(Err(()));
+            }
+            if let Some(got) = got {
+                // Out of the queue at once: nothing is handed to a request that has its own.
+                if let Some(i) = queued {
+                    st.remove_waiter(i);
+                    waiting.set(None);
+                }
+                return Poll::Ready(got);
+            }
+            match queued {
+                Some(i) => {
+                    let w = &mut st.waiters[i];
+                    w.waker.clone_from(cx.waker());
+                    w.woken = false;
+                }
+                None => {
+                    let id = st.next_waiter;
+                    st.next_waiter += 1;
+                    st.waiters.push_back(Waiter {
+                        id,
+                        waker: cx.waker().clone(),
+                        handed: None,
+                        woken: false,
+                        fresh,
+                    });
+                    waiting.set(Some(id));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let conn = match connect {
+            Ok(c) => return Ok(Checkout::H1(c)),
+            Err(()) => {
+                let _slot = OpeningSlot(self);
+                // Boxed: a TLS handshake's state is large and rare.
+                Box::pin(self.conns.dial_h1()).await?
+            }
+        };
+        Ok(match conn {
+            Dialed::H1(stream) => Checkout::H1(Conn::new(stream)),
+            Dialed::H2 => Checkout::H2,
+        })
+    }
+
+    fn give_back(&self, conn: Conn) {
+        self.state.borrow_mut().give_back(conn);
+    }
+
+    /// One attempt: a connection, the request written, the response read to its end.
+    async fn attempt(&self, planned: &Planned, want_meta: bool) -> Result<Attempt, ErrorClass> {
+        // Only a GET may go out again after it was written: the server may
+        // have acted on anything else before the connection broke.
+        let safe = planned.method == http::Method::GET;
+        let mut fresh = false;
+        loop {
+            let mut conn = match self.checkout(fresh).await? {
+                Checkout::H1(c) => c,
+                Checkout::H2 => {
+                    return Box::pin(send::attempt(self.conns, planned, want_meta)).await
+                }
+            };
+            let auth = self.conns.credentials().authorization();
+            if let Err(e) = h1::write_request(
+                conn.request_buf(),
+                planned,
+                self.conns.prefix(),
+                &self.fixed,
+                auth.as_ref(),
+            ) {
+                self.give_back(conn);
+                return Err(e);
+            }
+            match conn
+                .exchange(|status| send::kept_limit(status, want_meta), safe)
+                .await
+            {
+                Ok((resp, reusable)) => {
+                    if reusable {
+                        self.give_back(conn);
+                    }
+                    if resp.status == 401 {
+                        self.conns.unauthorized();
+                    }
+                    return Ok(Attempt::new(
+                        resp.status,
+                        resp.bytes,
+                        resp.class,
+                        resp.retry_after,
+                        &resp.kept,
+                        want_meta,
+                    ));
+                }
+                Err(f) if f.fresh_retry && !fresh => fresh = true,
+                Err(f) => return Err(f.class),
+            }
+        }
+    }
+}
+
+/// Takes a request out of the waiters when it stops waiting for any reason
+/// (a timeout drops it), passing on a connection handed to it meanwhile.
+struct Unqueue<'p, 'a> {
+    pool: &'p Pool<'a>,
+    id: &'p Cell<Option<u64>>,
+}
+
+impl Drop for Unqueue<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.get() {
+            let mut st = self.pool.state.borrow_mut();
+            let handed = match st.position(id) {
+                Some(i) => st.remove_waiter(i),
+                None => None,
+            };
+            // A connection handed to it goes to the next in line.
+            if let Some(c) = handed {
+                st.give_back(c);
+            }
+        }
+    }
+}
+
+/// A connect slot, freed (and passed on to a waiting request) however the connect ends.
+struct OpeningSlot<'p, 'a>(&'p Pool<'a>);
+
+impl Drop for OpeningSlot<'_, '_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state.borrow_mut();
+        st.opening -= 1;
+        st.wake_for_slot();
+    }
+}
+
+/// Sends `planned` on the driver's HTTP/1.1 path: each attempt ends at its
+/// deadline (`opts.timeout` from its start), 429s are retried as
+/// [`send::send`] does.
+pub(crate) async fn send(
+    pool: &Pool<'_>,
+    deadlines: &RefCell<Deadlines>,
+    planned: &Planned,
+    opts: &SendOptions,
+    want_meta: bool,
+) -> Sent {
+    send::retrying(opts, || async {
+        let deadline = Instant::now() + opts.timeout;
+        with_deadline(deadlines, deadline, pool.attempt(planned, want_meta))
+            .await
+            .unwrap_or(Err(ErrorClass::Timeout))
+    })
+    .await
+}
