@@ -55,8 +55,10 @@ pub fn flow_key(client: &Client, by: FlowBy) -> String {
 
 /// Put the lane on a response.
 pub fn with_lane(mut resp: Response<Body>, lane: Lane) -> Response<Body> {
+    // Checked once at compile time, not on every response as a `&str` name would be.
+    const NAME: http::HeaderName = http::HeaderName::from_static(LANE_HEADER);
     resp.headers_mut()
-        .insert(LANE_HEADER, HeaderValue::from_static(lane.as_str()));
+        .insert(NAME, HeaderValue::from_static(lane.as_str()));
     resp
 }
 

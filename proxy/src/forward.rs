@@ -45,17 +45,19 @@ impl Upstream {
         self.outstanding.load(Ordering::Relaxed)
     }
 
-    /// The request URI on this upstream.
+    /// The request URI on this upstream. The parts are cloned (shared bytes), not parsed
+    /// again from text as `Uri::builder` would.
     fn uri(&self, original: &Uri) -> Result<Uri, http::Error> {
-        let pq = original
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .unwrap_or("/");
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(pq)
-            .build()
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(
+            original
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+        );
+        Ok(Uri::from_parts(parts)?)
     }
 }
 
@@ -386,8 +388,10 @@ pub enum SendError {
     Client(#[source] hyper_util::client::legacy::Error),
 }
 
+/// How many names [`HOP_BY_HOP`] holds.
+const HOP_BY_HOP_LEN: usize = 8;
 /// Headers that belong to one connection and are never forwarded.
-const HOP_BY_HOP: [HeaderName; 8] = [
+const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_LEN] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -397,6 +401,11 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
+
+/// Is `name` one of the headers [`strip_hop_by_hop`] always removes, or `Upgrade`?
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::UPGRADE || HOP_BY_HOP.contains(name)
+}
 
 /// Is this an HTTP/1.1 upgrade request (SPDY, WebSocket)?
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
@@ -417,19 +426,39 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 /// Remove hop-by-hop headers, including those the Connection header names.
 /// For an upgrade, `Connection: Upgrade` and `Upgrade` are kept.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    // Almost every request carries none of them, and a response from an HTTP/1.1 upstream
+    // only `Connection: keep-alive`: one pass over the few headers there are, then removing
+    // just what is present, is much cheaper than ten hashed removals and a `Vec` each time
+    // (issue 3's profile: ~3,900 instructions a request, a tenth of what tollgate adds to
+    // minproxy's work).
+    if !upgrade && !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
+    // Names the Connection header lists that are not removed below anyway (rare).
     let named: Vec<HeaderName> = connection_tokens(headers)
         .filter(|t| !(upgrade && t.eq_ignore_ascii_case("upgrade")))
+        .filter(|t| {
+            !HOP_BY_HOP
+                .iter()
+                .any(|h| t.eq_ignore_ascii_case(h.as_str()))
+        })
         .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
     for name in named {
         headers.remove(name);
     }
-    for name in &HOP_BY_HOP {
+    let mut present = [false; HOP_BY_HOP_LEN];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        }
+    }
+    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
         headers.remove(name);
     }
     if upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    } else {
+    } else if headers.contains_key(header::UPGRADE) {
         headers.remove(header::UPGRADE);
     }
 }

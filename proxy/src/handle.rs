@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
-use crate::admin::{ClassLabel, DirectionLabel, SourceLabel, VerbCode, VerbLabel};
+use crate::admin::{DirectionLabel, SourceLabel, VerbCode};
 use crate::admit::{with_lane, Admitted, REWRITE_HEADER};
 use crate::classify::classify;
 use crate::enforce::decide::{actual_charge, Hold};
@@ -240,11 +240,7 @@ impl Gateway {
             StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         self.count(&verb, code, outcome.bytes);
         if !long_running {
-            m.duration
-                .get_or_create(&VerbLabel {
-                    verb: verb.as_str(),
-                })
-                .observe(outcome.latency.as_secs_f64());
+            m.per_verb.duration(m, verb, outcome.latency.as_secs_f64());
         }
         let mut cache = self.cache();
         cache.observe(key, outcome, now);
@@ -275,36 +271,20 @@ impl Gateway {
             drop(hold);
         }
         if outcome.completion == Completion::End && code.is_success() && !outcome.gzip {
-            let class = ClassLabel {
-                verb: key.verb.as_str(),
-                consistency: key.consistency.map_or("none", |c| c.as_str()),
-            };
-            let actual = outcome.bytes;
-            m.predicted_bytes
-                .get_or_create(&class)
-                .inc_by(predicted.response_bytes as u64);
-            m.actual_bytes.get_or_create(&class).inc_by(actual);
-            if predicted.response_bytes > 0.0 {
-                m.prediction_ratio
-                    .get_or_create(&class)
-                    .observe(actual as f64 / predicted.response_bytes);
-            }
+            m.per_class.observe(
+                m,
+                key.verb,
+                key.consistency,
+                predicted.response_bytes,
+                outcome.bytes,
+            );
         }
     }
 
     fn count(&self, verb: &Verb, code: StatusCode, bytes: u64) {
         let m = &self.inner.metrics;
-        m.requests
-            .get_or_create(&VerbCode {
-                verb: verb.as_str(),
-                code: code.as_u16(),
-            })
-            .inc();
-        m.response_bytes
-            .get_or_create(&VerbLabel {
-                verb: verb.as_str(),
-            })
-            .inc_by(bytes);
+        m.per_verb.request(m, *verb, code.as_u16());
+        m.per_verb.response_bytes(m, *verb, bytes);
     }
 
     /// Carry an upgraded connection (exec, attach, port-forward) both ways.
