@@ -137,23 +137,13 @@ pub struct NodesSummary {
 impl NodesStats {
     pub fn summary(&self, spec: &NodeSimSpec) -> NodesSummary {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let w = &self.watch;
         NodesSummary {
             nodes: get(&self.nodes),
             heartbeat_interval_s: spec.own_heartbeat().as_secs_f64(),
             lease_renew_interval_s: spec.lease_renew.as_secs_f64(),
             daemons: get(&self.daemons),
             pods_bound: get(&self.bound),
-            daemon_watches: crate::report::WatchSummary {
-                watchers: get(&self.daemons),
-                active_at_end: get(&w.active),
-                events: get(&w.events),
-                bookmarks: get(&w.bookmarks),
-                reconnects: get(&w.reconnects),
-                relists: get(&w.relists),
-                gone_410: get(&w.gone),
-                errors: get(&w.errors),
-            },
+            daemon_watches: crate::report::WatchSummary::of(get(&self.daemons), &self.watch),
             stages: self.stages.get().map(|s| s.summary()),
         }
     }
