@@ -35,16 +35,27 @@ pub async fn serve(
 ) {
     let tracker = TaskTracker::new();
     let mut listener = Some(listener);
+    // Kept across iterations: a crash between two accepts must still close
+    // the port (fetching the token anew each time would get the next
+    // incarnation's and go on accepting while "down").
+    let mut incarnation = api.model.connections();
     loop {
-        let incarnation = api.model.connections();
         let Some(bound) = listener.as_ref() else {
             listener = rebind(addr, api.model.up_at(), &stop).await;
             if listener.is_none() {
                 break;
             }
+            incarnation = api.model.connections();
             continue;
         };
         let (tcp, remote) = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            _ = incarnation.cancelled() => {
+                // A modeled crash: new connections are refused while it restarts.
+                listener = None;
+                continue;
+            }
             r = bound.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -54,17 +65,12 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = stop.cancelled() => break,
-            _ = incarnation.cancelled() => {
-                // A modeled crash: new connections are refused while it restarts.
-                listener = None;
-                continue;
-            }
         };
         let _ = tcp.set_nodelay(true);
         let api = api.clone();
         let tls = tls.clone();
         let stop = stop.clone();
+        let incarnation = incarnation.clone();
         tracker.spawn(async move {
             match tls {
                 None => {
