@@ -21,7 +21,7 @@
 #   SECONDS_A=10        length of each run in (a)
 #   LOADGEN_FRACTIONS="0.25 0.9"  loadgen's rates in (a), as fractions of wrk's first throughput:
 #                       one it sustains on a shared 2-core machine, one near saturation
-#   WRK_CONNECTIONS=16  wrk -c (wrk -t1)
+#   WRK_CONNECTIONS=16  wrk -c (wrk -t1), and loadgen's --max-connections: the same connections
 #   WATCHES=10000       concurrent watches in (b)
 #   SECONDS_B=60        length of (b)
 #   SECONDS_C=20        length of (c)
@@ -157,8 +157,8 @@ loadgen_round() {
     local rate=$1
     rm -rf "$TMP/lg-a"
     RUN_OUT=$TMP/lg.out CPU_OUT=$TMP/lg.cpu run_measured "$LOADGEN" --server "$NGINX_URL" --http-version 1.1 \
-        --gets "$rate/s" --duration "${SECONDS_A}s" --objects 1 --max-in-flight 10000 --no-progress \
-        --output "$TMP/lg-a"
+        --gets "$rate/s" --duration "${SECONDS_A}s" --objects 1 --max-in-flight 10000 --max-connections "$WRK_CONNECTIONS" \
+        --no-progress --output "$TMP/lg-a"
     local n ok cpu
     n=$(json_get "$TMP/lg-a/summary.json" '[o for o in d["operations"] if o["name"]=="get"][0]["requests"]')
     ok=$(json_get "$TMP/lg-a/summary.json" '[o for o in d["operations"] if o["name"]=="get"][0]["ok"]')
@@ -317,7 +317,7 @@ engineers' builds and tests while this ran), so the figures are loopback figures
 | for comparison: a bare thread sleeping to the same schedule just before (c) | late by p50 $S50 ms, **p99 $S99 ms**, max $SMAX ms ($SOVER of $(( SECONDS_C * 1000 )) wakes more than 1 ms late) | — | — |
 
 (a) Requests per CPU-second: each round runs \`$WRK_CMD\` then
-\`loadgen --server $NGINX_URL --http-version 1.1 --gets RATE/s --duration ${SECONDS_A}s --objects 1 --max-in-flight 10000 --no-progress --output DIR\`
+\`loadgen --server $NGINX_URL --http-version 1.1 --gets RATE/s --duration ${SECONDS_A}s --objects 1 --max-in-flight 10000 --max-connections $WRK_CONNECTIONS --no-progress --output DIR\`
 at each RATE (fractions $LOADGEN_FRACTIONS of wrk's first throughput)
 against the same nginx (one worker, \`try_files /pod.json\`, a $POD_BYTES-byte JSON pod, keep-alive, access log off).
 CPU is user + system time of the generator's process from \`getrusage(RUSAGE_CHILDREN)\` around it; requests are

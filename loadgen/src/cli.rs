@@ -184,6 +184,11 @@ pub struct RunArgs {
     /// Outstanding requests per operation; ticks beyond it are dropped and counted.
     #[arg(long, default_value_t = 1000, help_heading = "Run")]
     pub max_in_flight: usize,
+    /// HTTP/1.1 connections each operation keeps open at most (like wrk's -c); beyond it
+    /// requests wait for a connection, their latency still counted from the intended start.
+    /// 0: one per request in flight, up to --max-in-flight. HTTP/2 multiplexes and ignores it.
+    #[arg(long, default_value_t = 0, help_heading = "Run")]
+    pub max_connections: usize,
     /// Per-attempt timeout, from sending to the end of the body.
     #[arg(long, default_value = "60s", value_parser = parse_duration, help_heading = "Run")]
     pub timeout: Duration,
@@ -449,6 +454,7 @@ impl RunArgs {
             duration: self.duration,
             schedule,
             max_in_flight: self.max_in_flight.max(1),
+            max_connections: self.max_connections,
             send: SendOptions {
                 timeout: self.timeout,
                 honor_retry_after: self.honor_retry_after,

@@ -116,7 +116,7 @@ async fn drive(
             return;
         }
     };
-    let pool = h1::Pool::new(conns);
+    let pool = h1::Pool::new(conns, ctx.config.max_connections);
     let deadlines = RefCell::new(Deadlines::default());
     let client = Client {
         conns,
@@ -138,6 +138,7 @@ async fn drive(
             let now = std::time::Instant::now();
             // Attempts past their deadline end (with a timeout) in this pass.
             deadlines.borrow_mut().expire(now);
+            pool.reap();
             let mut wake_at = deadlines.borrow().next_due();
             if !ticks_done {
                 while let Some(&(i, offset)) = schedule.peek() {
@@ -183,7 +184,12 @@ async fn drive(
                     Poll::Ready(Some(())) => finished += 1,
                     Poll::Ready(None) if ticks_done => return Poll::Ready(false),
                     _ if finished > 0 => break,
-                    _ => return Poll::Pending,
+                    _ => {
+                        // A connection closed in a request still running
+                        // makes room for one waiting.
+                        pool.reap();
+                        return Poll::Pending;
+                    }
                 }
             }
         }

@@ -73,6 +73,8 @@ pub struct Config {
     pub schedule: schedule::ScheduleKind,
     /// Outstanding requests allowed per operation; ticks beyond it are dropped and counted.
     pub max_in_flight: usize,
+    /// HTTP/1.1 connections per operation at most (0: as many as requests in flight).
+    pub max_connections: usize,
     pub send: send::SendOptions,
     pub operations: Vec<ops::OpSpec>,
     pub watches: Option<watch::WatchSpec>,

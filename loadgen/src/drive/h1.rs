@@ -12,6 +12,8 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::poll_fn;
+use std::ops::{Deref, DerefMut};
+use std::rc::Rc;
 use std::task::{Poll, Waker};
 use std::time::Instant;
 
@@ -30,14 +32,63 @@ pub(crate) struct Pool<'a> {
     state: RefCell<State>,
 }
 
+/// How many of the pool's connections exist (idle, carrying a request, or
+/// handed to a waiting one). Shared with every [`Pooled`], whose drop counts
+/// it down wherever that happens (a broken connection, a request a deadline
+/// ended); the driver then passes the freed place on ([`Pool::reap`]).
+#[derive(Default)]
+struct Live {
+    count: Cell<usize>,
+    freed: Cell<bool>,
+}
+
+/// A connection of the pool, counted while it exists.
+pub(crate) struct Pooled {
+    conn: Conn,
+    live: Rc<Live>,
+}
+
+impl Pooled {
+    fn new(conn: Conn, live: &Rc<Live>) -> Pooled {
+        live.count.set(live.count.get() + 1);
+        Pooled {
+            conn,
+            live: live.clone(),
+        }
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.live.count.set(self.live.count.get().saturating_sub(1));
+        self.live.freed.set(true);
+    }
+}
+
+impl Deref for Pooled {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.conn
+    }
+}
+
+impl DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.conn
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Connections not carrying a request, most recently used last (so the
     /// busiest few stay warm). No more than requests were ever in flight at
-    /// once, so bounded by `--max-in-flight`.
-    idle: Vec<Conn>,
+    /// once, so bounded by `--max-in-flight` (and `--max-connections`).
+    idle: Vec<Pooled>,
     /// Connections being opened, at most [`MAX_OPENING`].
     opening: usize,
+    /// `--max-connections` (0: no limit but `--max-in-flight`).
+    max_connections: usize,
+    live: Rc<Live>,
     /// Requests waiting for a connection (all [`MAX_OPENING`] slots busy),
     /// oldest first, sorted by id; at most one entry per request in flight.
     waiters: VecDeque<Waiter>,
@@ -52,7 +103,7 @@ struct Waiter {
     /// oldest waiter gets it, as in hyper's pool. (Left in the idle list,
     /// whichever request ran first took it, and under overload some waited
     /// for seconds behind newer ones.)
-    handed: Option<Conn>,
+    handed: Option<Pooled>,
     /// Woken for a free connect slot and not yet run.
     woken: bool,
     /// Wants a new connection only (a retry after a kept-alive one broke).
@@ -60,6 +111,13 @@ struct Waiter {
 }
 
 impl State {
+    /// Whether one more connection may be opened now.
+    fn may_open(&self) -> bool {
+        self.opening < MAX_OPENING
+            && (self.max_connections == 0
+                || self.opening + self.live.count.get() < self.max_connections)
+    }
+
     /// Where waiter `id` is queued.
     fn position(&self, id: u64) -> Option<usize> {
         self.waiters.binary_search_by_key(&id, |w| w.id).ok()
@@ -79,16 +137,16 @@ impl State {
 
     /// Takes waiter `i` out of the queue; a connect slot it was woken for
     /// and did not use is passed on. The connection handed to it, if any.
-    fn remove_waiter(&mut self, i: usize) -> Option<Conn> {
+    fn remove_waiter(&mut self, i: usize) -> Option<Pooled> {
         let w = self.waiters.remove(i)?;
-        if w.woken && self.opening < MAX_OPENING {
+        if w.woken && self.may_open() {
             self.wake_for_slot();
         }
         w.handed
     }
 
     /// A connection is free: to the oldest waiting request that can use it, else idle.
-    fn give_back(&mut self, conn: Conn) {
+    fn give_back(&mut self, conn: Pooled) {
         match self
             .waiters
             .iter_mut()
@@ -105,17 +163,50 @@ impl State {
 
 /// What a request got to send on.
 enum Checkout {
-    H1(Conn),
+    H1(Pooled),
     /// ALPN chose HTTP/2; [`Conns`] holds that connection now.
     H2,
 }
 
 impl<'a> Pool<'a> {
-    pub(crate) fn new(conns: &'a Conns) -> Pool<'a> {
+    /// `max_connections`: how many may exist at once (0: no limit but the
+    /// requests in flight).
+    pub(crate) fn new(conns: &'a Conns, max_connections: usize) -> Pool<'a> {
         Pool {
             fixed: conns.fixed_headers(),
             conns,
-            state: RefCell::default(),
+            state: RefCell::new(State {
+                max_connections,
+                ..State::default()
+            }),
+        }
+    }
+
+    /// Connections that closed since the last call leave room for new
+    /// ones: as many waiting requests as fit are woken to open them. The
+    /// driver calls it on every pass (a connection may close inside any
+    /// request's poll, or with a request its deadline ended).
+    pub(crate) fn reap(&self) {
+        let mut st = self.state.borrow_mut();
+        if !st.live.freed.replace(false) {
+            return;
+        }
+        let mut room = MAX_OPENING.saturating_sub(st.opening);
+        if st.max_connections > 0 {
+            room = room.min(
+                st.max_connections
+                    .saturating_sub(st.opening + st.live.count.get()),
+            );
+        }
+        let told = st.waiters.iter().filter(|w| w.woken).count();
+        for w in st
+            .waiters
+            .iter_mut()
+            .filter(|w| w.handed.is_none() && !w.woken)
+            .take(room.saturating_sub(told))
+        {
+            w.woken = true;
+            w.waker.wake_by_ref();
         }
     }
 
@@ -148,7 +239,7 @@ impl<'a> Pool<'a> {
                     }
                 }
             }
-            if got.is_none() && st.opening < MAX_OPENING {
+            if got.is_none() && st.may_open() {
                 st.opening += 1;
                 got = Some(Err(()));
             }
@@ -182,21 +273,22 @@ impl<'a> Pool<'a> {
             Poll::Pending
         })
         .await;
-        let conn = match connect {
-            Ok(c) => return Ok(Checkout::H1(c)),
-            Err(()) => {
-                let _slot = OpeningSlot(self);
-                // Boxed: a TLS handshake's state is large and rare.
-                Box::pin(self.conns.dial_h1()).await?
+        if let Ok(c) = connect {
+            return Ok(Checkout::H1(c));
+        }
+        let _slot = OpeningSlot(self);
+        // Boxed: a TLS handshake's state is large and rare.
+        Ok(match Box::pin(self.conns.dial_h1()).await? {
+            // Counted before the opening slot is given up.
+            Dialed::H1(stream) => {
+                let live = self.state.borrow().live.clone();
+                Checkout::H1(Pooled::new(Conn::new(stream), &live))
             }
-        };
-        Ok(match conn {
-            Dialed::H1(stream) => Checkout::H1(Conn::new(stream)),
             Dialed::H2 => Checkout::H2,
         })
     }
 
-    fn give_back(&self, conn: Conn) {
+    fn give_back(&self, conn: Pooled) {
         self.state.borrow_mut().give_back(conn);
     }
 
@@ -281,7 +373,9 @@ impl Drop for OpeningSlot<'_, '_> {
     fn drop(&mut self) {
         let mut st = self.0.state.borrow_mut();
         st.opening -= 1;
-        st.wake_for_slot();
+        if st.may_open() {
+            st.wake_for_slot();
+        }
     }
 }
 
