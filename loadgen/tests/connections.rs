@@ -72,27 +72,31 @@ async fn server(delay: Duration, close: bool) -> (String, Arc<Seen>, Cancellatio
     (url, seen, stop)
 }
 
-/// 100 GETs/s answered after 50 ms need ~5 connections; with 3 they wait
-/// for one, and every request is still served.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_wait_for_a_connection_beyond_the_limit() {
-    let (url, seen, stop) = server(Duration::from_millis(50), false).await;
-    let cfg = config(
-        &url,
-        &[
-            "--gets",
-            "100/s",
-            "--duration",
-            "2s",
-            "--max-connections",
-            "3",
-        ],
-    );
-    let report = loadgen::run(cfg, CancellationToken::new())
+/// 100 GETs/s for 2 s, each answered after 50 ms (~5 connections' worth),
+/// with `--max-connections max`: the GET summary and what the server saw.
+async fn gets_through(max: &str, close: bool) -> (loadgen::report::OperationSummary, Arc<Seen>) {
+    let (url, seen, stop) = server(Duration::from_millis(50), close).await;
+    let args = [
+        "--gets",
+        "100/s",
+        "--duration",
+        "2s",
+        "--max-connections",
+        max,
+        "--timeout",
+        "10s",
+    ];
+    let report = loadgen::run(config(&url, &args), CancellationToken::new())
         .await
         .expect("run");
     stop.cancel();
-    let get = report.operation("get").expect("get");
+    (report.operation("get").expect("get").clone(), seen)
+}
+
+/// With 3 connections requests wait for one, and every request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_wait_for_a_connection_beyond_the_limit() {
+    let (get, seen) = gets_through("3", false).await;
     assert_eq!((get.requests, get.ok, get.dropped), (200, 200, 0));
     // The run's own check of the target (GET /version) may use one more.
     let most = seen.most_open.load(Ordering::SeqCst);
@@ -105,31 +109,12 @@ async fn requests_wait_for_a_connection_beyond_the_limit() {
     );
 }
 
-/// The server closes every connection after one response (100/s answered
-/// after 50 ms would need ~5 at once): each close makes room for a new
-/// connection, never more than the limit at once, and no request is left
-/// waiting.
+/// The server closes every connection after one response: each close makes
+/// room for a new connection, never more than the limit at once, and no
+/// request is left waiting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_connection_makes_room_for_a_new_one() {
-    let (url, seen, stop) = server(Duration::from_millis(50), true).await;
-    let cfg = config(
-        &url,
-        &[
-            "--gets",
-            "100/s",
-            "--duration",
-            "2s",
-            "--max-connections",
-            "2",
-            "--timeout",
-            "10s",
-        ],
-    );
-    let report = loadgen::run(cfg, CancellationToken::new())
-        .await
-        .expect("run");
-    stop.cancel();
-    let get = report.operation("get").expect("get");
+    let (get, seen) = gets_through("2", true).await;
     assert_eq!((get.requests, get.ok, get.errors), (200, 200, 0));
     let most = seen.most_open.load(Ordering::SeqCst);
     assert!(most <= 3, "{most} connections open at once");
