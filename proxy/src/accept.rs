@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::Request;
@@ -181,13 +180,11 @@ async fn serve_connection<I>(
                 }
                 PeerIdentity::Unverified => status_response(&apimodel::Status::unauthorized()),
             };
-            // The request stays active until its response body is done.
-            Ok::<_, Infallible>(resp.map(|body| {
-                ActiveBody {
-                    body,
-                    _guard: guard,
-                }
-                .boxed()
+            // The request stays active until its response body is done. Served as it is,
+            // not boxed again: one allocation and one dynamic call per frame fewer.
+            Ok::<_, Infallible>(resp.map(|body| ActiveBody {
+                body,
+                _guard: guard,
             }))
         }
     });

@@ -52,6 +52,9 @@ pub enum ClientClass {
     Anonymous,
 }
 
+/// How much of the user agent is kept (it is only shown, as the product name).
+const MAX_USER_AGENT_CHARS: usize = 128;
+
 /// The client as seen by the handler.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -195,10 +198,18 @@ impl Client {
         let user_agent = headers
             .get(USER_AGENT)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .chars()
-            .take(128)
-            .collect();
+            .unwrap_or("");
+        // At most 128 characters, cut at a character boundary and copied at once (collecting
+        // it char by char was ~1,000 instructions a request).
+        let end = if user_agent.len() <= MAX_USER_AGENT_CHARS {
+            user_agent.len()
+        } else {
+            user_agent
+                .char_indices()
+                .nth(MAX_USER_AGENT_CHARS)
+                .map_or(user_agent.len(), |(i, _)| i)
+        };
+        let user_agent = user_agent[..end].to_string();
         Client {
             identity: Identity::of(peer_cert, headers),
             user_agent,
