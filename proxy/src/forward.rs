@@ -436,6 +436,16 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
         .filter(|t| !t.is_empty())
 }
 
+/// The Connection header is one `keep-alive` (what nginx and other HTTP/1.1 servers send on
+/// every response): it names nothing that is not removed anyway, so its tokens need no parsing.
+fn only_keep_alive(headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(header::CONNECTION).iter();
+    matches!(
+        (values.next(), values.next()),
+        (Some(v), None) if v.as_bytes().eq_ignore_ascii_case(b"keep-alive")
+    )
+}
+
 /// Remove hop-by-hop headers, including those the Connection header names.
 /// For an upgrade, `Connection: Upgrade` and `Upgrade` are kept.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
@@ -458,7 +468,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     if !upgrade && !any && !has_upgrade {
         return;
     }
-    if present[0] {
+    if present[0] && !only_keep_alive(headers) {
         // Names the Connection header lists that are not removed below anyway (rare).
         let named: Vec<HeaderName> = connection_tokens(headers)
             .filter(|t| !(upgrade && t.eq_ignore_ascii_case("upgrade")))
@@ -557,5 +567,17 @@ mod tests {
         strip_hop_by_hop(&mut h, true);
         assert_eq!(h["connection"], "Upgrade");
         assert_eq!(h["upgrade"], "SPDY/3.1");
+
+        // `Connection: Keep-Alive` alone (the fast path), and beside a second Connection value.
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("Keep-Alive"));
+        h.insert("x-custom", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["x-custom"]);
+        h.append("connection", HeaderValue::from_static("keep-alive"));
+        h.append("connection", HeaderValue::from_static("x-custom"));
+        strip_hop_by_hop(&mut h, false);
+        assert!(h.is_empty(), "{h:?}");
     }
 }
