@@ -8,6 +8,7 @@
 //! does not know are still resource requests of unknown resources.
 
 use percent_encoding::percent_decode_str;
+use std::borrow::Cow;
 use std::fmt;
 
 /// What a request does, in the apiserver's authorization vocabulary.
@@ -111,22 +112,36 @@ pub struct RequestInfo {
 /// Subresources that hold a stream open (as kube-apiserver's long-running check lists them).
 const CONNECT_SUBRESOURCES: &[&str] = &["exec", "attach", "portforward", "proxy"];
 
+/// Path segments [`RequestInfo::parse`] reads: `apis/G/V/watch/namespaces/NS/R/NAME/SUB` is
+/// nine; later ones (a proxy subresource's own path) never change the result.
+const MAX_SEGMENTS: usize = 10;
+
 impl RequestInfo {
     /// Parses a request. `path` is the raw (percent-encoded) path, `query` the raw query without `?`.
     pub fn parse(method: &str, path: &str, query: Option<&str>) -> Result<RequestInfo, ParseError> {
         let options = parse_query(query.unwrap_or(""))?;
-        let decoded = percent_decode_str(path)
-            .decode_utf8()
-            .map_err(|_| ParseError::Encoding(path.to_string()))?
-            .into_owned();
-        let parts: Vec<&str> = decoded
-            .trim_matches('/')
+        // Every request is parsed, and almost no path has an escape: borrowing it then, and
+        // keeping the segments on the stack, saves a copy of the path and a `Vec` a request.
+        let decoded: Cow<'_, str> = if path.contains('%') {
+            percent_decode_str(path)
+                .decode_utf8()
+                .map_err(|_| ParseError::Encoding(path.to_string()))?
+        } else {
+            Cow::Borrowed(path)
+        };
+        let mut segments = [""; MAX_SEGMENTS];
+        let mut n = 0;
+        for segment in decoded
             .split('/')
             .filter(|p| !p.is_empty())
-            .collect();
+            .take(MAX_SEGMENTS)
+        {
+            segments[n] = segment;
+            n += 1;
+        }
         let mut info = RequestInfo {
             verb: Verb::NonResource,
-            path: decoded.clone(),
+            path: String::new(),
             group: String::new(),
             version: String::new(),
             resource: String::new(),
@@ -135,7 +150,17 @@ impl RequestInfo {
             name: String::new(),
             options,
         };
-        let rest: &[&str] = match parts.as_slice() {
+        info.read_segments(method, &segments[..n])?;
+        info.path = decoded.into_owned();
+        Ok(info)
+    }
+
+    /// Group, version, namespace, resource, name and subresource from the
+    /// path's segments, and the verb; left as a non-resource request when the
+    /// path is not an API path.
+    fn read_segments(&mut self, method: &str, parts: &[&str]) -> Result<(), ParseError> {
+        let info = self;
+        let rest: &[&str] = match parts {
             ["api", version, rest @ ..] if !rest.is_empty() => {
                 info.version = version.to_string();
                 rest
@@ -145,7 +170,7 @@ impl RequestInfo {
                 info.version = version.to_string();
                 rest
             }
-            _ => return Ok(info),
+            _ => return Ok(()),
         };
         let mut rest = rest;
         // Old-style `/api/v1/watch/...` paths.
@@ -153,7 +178,7 @@ impl RequestInfo {
             info.options.watch = true;
             rest = &rest[1..];
             if rest.is_empty() {
-                return Ok(info);
+                return Ok(());
             }
         }
         if rest[0] == "namespaces" && rest.len() > 1 {
@@ -174,8 +199,8 @@ impl RequestInfo {
             // A namespace is named by its own name, not scoped by it.
             info.namespace.clear();
         }
-        info.verb = verb_for(method, &info)?;
-        Ok(info)
+        info.verb = verb_for(method, info)?;
+        Ok(())
     }
 
     pub fn is_resource(&self) -> bool {
@@ -244,6 +269,9 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
 }
 
 fn decode_component(s: &str) -> String {
+    if !s.contains(['+', '%']) {
+        return s.to_string();
+    }
     let spaced = s.replace('+', " ");
     percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
 }

@@ -9,11 +9,14 @@
 //! times and their clients do not all relist at once.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use http_body_util::BodyExt;
+use futures_util::task::AtomicWaker;
+
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::Request;
@@ -181,13 +184,11 @@ async fn serve_connection<I>(
                 }
                 PeerIdentity::Unverified => status_response(&apimodel::Status::unauthorized()),
             };
-            // The request stays active until its response body is done.
-            Ok::<_, Infallible>(resp.map(|body| {
-                ActiveBody {
-                    body,
-                    _guard: guard,
-                }
-                .boxed()
+            // The request stays active until its response body is done. Served as it is,
+            // not boxed again: one allocation and one dynamic call per frame fewer.
+            Ok::<_, Infallible>(resp.map(|body| ActiveBody {
+                body,
+                _guard: guard,
             }))
         }
     });
@@ -207,11 +208,37 @@ async fn serve_connection<I>(
     tokio::pin!(conn);
     let idle = Duration::from_secs_f64(config.timeouts.idle_seconds);
     let check = (idle / 4).max(Duration::from_millis(10));
+    let side = Arc::new(SideWaker::default());
+    let side_waker = Waker::from(side.clone());
     loop {
-        tokio::select! {
-            r = conn.as_mut() => return log_end(r),
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(check) => {
+        let tick = tokio::time::sleep(check);
+        let stopped = stop.cancelled();
+        tokio::pin!(tick, stopped);
+        side.woken.store(true, Ordering::Release);
+        // The connection is polled at every wake-up; the stop signal and the idle check only
+        // when their own waker fired. (`select!` polled all three each time: ~900
+        // instructions a request in issue 3's profile.)
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = conn.as_mut().poll(cx) {
+                return Poll::Ready(ConnEvent::Ended(r));
+            }
+            side.task.register(cx.waker());
+            if side.woken.swap(false, Ordering::AcqRel) {
+                let mut side_cx = Context::from_waker(&side_waker);
+                if stopped.as_mut().poll(&mut side_cx).is_ready() {
+                    return Poll::Ready(ConnEvent::Stop);
+                }
+                if tick.as_mut().poll(&mut side_cx).is_ready() {
+                    return Poll::Ready(ConnEvent::Tick);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            ConnEvent::Ended(r) => return log_end(r),
+            ConnEvent::Stop => break,
+            ConnEvent::Tick => {
                 if activity.idle_for() >= idle {
                     tracing::debug!("closing an idle client connection");
                     conn.as_mut().graceful_shutdown();
@@ -233,6 +260,32 @@ async fn serve_connection<I>(
     tokio::select! {
         r = conn.as_mut() => log_end(r),
         _ = tokio::time::sleep(CLOSE_GRACE) => tracing::debug!("connection closed at the end of its grace"),
+    }
+}
+
+/// What ended one turn of a connection's serving loop.
+enum ConnEvent {
+    Ended(Result<(), Box<dyn std::error::Error + Send + Sync>>),
+    Stop,
+    Tick,
+}
+
+/// The waker of a connection's side futures (stop signal, idle check): it notes that one
+/// of them was woken, then wakes the connection's task.
+#[derive(Default)]
+struct SideWaker {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for SideWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
     }
 }
 

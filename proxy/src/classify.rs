@@ -44,7 +44,8 @@ impl Encoding {
             .get(ACCEPT)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        if accept.contains("as=Table") {
+        // `as=Table` is a media-type parameter: no `;`, no substring search (most requests).
+        if accept.contains(';') && accept.contains("as=Table") {
             Encoding::Table
         } else if accept.starts_with("application/vnd.kubernetes.protobuf") {
             Encoding::Protobuf

@@ -457,7 +457,12 @@ impl PatternCache {
     /// Learn from a finished request.
     pub fn observe(&mut self, key: &PatternKey, outcome: &Outcome, now: Instant) {
         let half_life = self.settings.half_life_seconds;
-        let ratio = self.gzip_ratio(key);
+        // Only gzipped bytes are scaled; the lookup costs a key copy and a hash.
+        let ratio = if outcome.gzip {
+            self.gzip_ratio(key)
+        } else {
+            1.0
+        };
         // A full LIST, or the initial state of an unfiltered streaming list.
         let full_state = match (key.verb, outcome.initial_bytes) {
             (PatternVerb::WatchList, Some(initial)) if !key.has_selector() => Some(initial),
@@ -495,13 +500,16 @@ impl PatternCache {
                 _ => {}
             }
         }
-        if !self.patterns.contains_key(key) && self.patterns.len() >= self.settings.capacity {
-            self.evict(now);
+        // A known pattern (nearly every request) is found with one hash and no key copy.
+        if !self.patterns.contains_key(key) {
+            if self.patterns.len() >= self.settings.capacity {
+                self.evict(now);
+            }
+            self.patterns.insert(key.clone(), PatternStats::new(now));
         }
-        let stats = self
-            .patterns
-            .entry(key.clone())
-            .or_insert_with(|| PatternStats::new(now));
+        let Some(stats) = self.patterns.get_mut(key) else {
+            return;
+        };
         stats.decay_to(now, half_life);
         stats.weight += 1.0;
         stats.count += 1;
