@@ -67,15 +67,17 @@ constants! {
     /// Per byte read from etcd (decoding scales with object size).
     /// Calibrated with encode_per_byte: the apiserver's share of the consistent LIST alone, and
     /// LISTs at 240/min overloading two cores (reference: LIST p50 5.3 s) while 120/min do not.
-    decode_per_byte: 5e-9,
+    decode_per_byte: 7e-9,
     /// Per object evaluated against a selector: GetAttrs + match, the cost Tess.IO profiled
     /// (seed 002: "GetAttrs … costs"); charged for every object read on the etcd path.
     selector_per_object: 1e-6,
-    /// Per object taken from the watch cache (pointer copy, filter bookkeeping).
-    cache_per_object: 2e-6,
+    /// Per object taken from the watch cache (copy, filter bookkeeping, conversion).
+    /// Measured: bench/scripts/list-scaling.sh's fit of rv=0 LISTs (8.0e-6 s/object with
+    /// selector_per_object).
+    cache_per_object: 7e-6,
     /// Per byte encoded to JSON and written to the client.
-    /// Calibrated: a resourceVersion=0 LIST of 10,000 pods (0.31 s at p50 under 240/min).
-    encode_per_byte: 7e-9,
+    /// Measured: list-scaling.sh's fit of rv=0 LISTs (5.0e-9 s/byte).
+    encode_per_byte: 5e-9,
     /// The scheduler's time slice: a goroutine that becomes runnable while more jobs
     /// than cores are running waits for part of a round (Go preempts every 10 ms).
     quantum: 0.010,
@@ -85,9 +87,11 @@ constants! {
     /// Per range request (linearizable read: ReadIndex round trip, txn setup).
     etcd_range_cpu: 0.0005,
     /// Per key returned by a range read (bbolt cursor, mvcc revision lookup).
-    etcd_range_per_key: 2e-6,
+    /// Measured: list-scaling.sh's fit of etcd's CPU per consistent LIST (5.0e-6 s/key).
+    etcd_range_per_key: 5e-6,
     /// Per byte returned by a range read (copy out of bbolt, protobuf marshal, gRPC send).
-    etcd_range_per_byte: 4e-9,
+    /// Measured: the same fit (1.6e-9 s/byte).
+    etcd_range_per_byte: 1.6e-9,
     /// The share of a range read spent holding the backend's read lock, which
     /// write commits must wait for (Tess.IO: "pods and nodes racing for etcd's lock").
     etcd_range_lock_fraction: 0.3,
