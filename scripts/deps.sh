@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Tollgate needs on a fresh Debian machine,
 # only when missing. Sourced by scripts/test.sh and scripts/demo.sh.
-#   build: protoc (etcd-client generates its gRPC code at build time)
+#   build: protoc (etcd-client generates its gRPC code at build time), make (jemalloc's build)
 #   tests: etcd (real storage), kubectl (real client), chromium (renders the demo's report),
 #          prometheus (evaluates the dashboards and rules), and a real kube-apiserver 1.20.2
 #          built once into a cache outside the repo by ../shared/tools/kube-apiserver/install.sh
@@ -9,6 +9,8 @@ set -euo pipefail
 
 need_pkgs=()
 command -v protoc >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)
+# tollgate's allocator (tikv-jemalloc-sys) builds jemalloc's C sources with make.
+command -v make >/dev/null 2>&1 || need_pkgs+=(make)
 if [ "${1:-}" = "--tests" ]; then
   command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
   # Debian's kubectl is 1.20; a newer kubectl already on the machine is preferred.
