@@ -1,6 +1,6 @@
 //! The scenario at reduced scale, with the modeled cost: 1,000 nodes'
 //! heartbeat PATCHes (100/s) plus 120 LIST-all-pods per minute over 30,000
-//! pods (~2 KB: a LIST of all pods is ~60 MB). Consistent LISTs (etcd) raise PATCH p99 at least 10x over the run
+//! pods (~3.3 KB, the calibration's: a LIST of all pods is ~100 MB). Consistent LISTs (etcd) raise PATCH p99 at least 10x over the run
 //! without LISTs, or crash the simulated apiserver; the same LISTs from the
 //! watch cache (resourceVersion=0) hurt far less; without LISTs PATCH latency
 //! returns to its baseline; and the simulator process itself stays under one
@@ -269,6 +269,9 @@ async fn consistent_lists_starve_heartbeats_and_cache_lists_do_not() {
             &NODES.to_string(),
             "--pods",
             &PODS.to_string(),
+            // The calibration's pods (bench/MODEL.md): ~100 MB a LIST of all of them.
+            "--pod-bytes",
+            "3300",
             "--max-requests-inflight",
             "0",
             "--max-mutating-requests-inflight",
