@@ -239,6 +239,11 @@ impl<'a> Pool<'a> {
                     }
                 }
             }
+            if got.is_none() && fresh && !st.may_open() && !st.idle.is_empty() {
+                // A retry that needs a new connection, at --max-connections: the
+                // least recently used idle one makes room (none may ever be given back).
+                drop(st.idle.remove(0));
+            }
             if got.is_none() && st.may_open() {
                 st.opening += 1;
                 got = Some(Err(()));
