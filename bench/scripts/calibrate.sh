@@ -48,6 +48,8 @@ SIM=${SIM:-$ROOT/target/release/tollgate-bench}
 
 log() { echo "calibrate: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=bench/scripts/modeled-sim.sh
+source "$(dirname "${BASH_SOURCE[0]}")/modeled-sim.sh"
 
 if [[ -z "${SKIP_BUILD:-}" ]]; then
     (cd "$ROOT" && cargo build --release -p bench -p loadgen --bin tollgate-bench --bin loadgen) >&2
@@ -129,13 +131,7 @@ for target in $TARGETS; do
         REAL_RUN=""
         ;;
     sim)
-        # shellcheck disable=SC2086
-        "$SIM" sim --cost-model modeled --memory-limit "$SIM_MEMORY_LIMIT" --listen 127.0.0.1:0 --exit-with-stdin \
-            --kubeconfig-out "$TMP/sim.kubeconfig" $SIM_FLAGS >"$TMP/sim.out" 2>"$TMP/sim.err" < <(sleep infinity) &
-        SIM_PID=$!
-        for _ in $(seq 1 300); do grep -q "serving the Kubernetes API" "$TMP/sim.out" && break; sleep 0.1; done
-        SIM_URL=$(sed -n 's/.*serving the Kubernetes API at \(http[^ ]*\).*/\1/p' "$TMP/sim.out")
-        [[ -n $SIM_URL ]] || { cat "$TMP/sim.err" >&2; die "the sim did not start"; }
+        start_modeled_sim sim
         log "sim: seeding $NODES nodes, $PODS pods at $SIM_URL"
         seed "$TMP/sim.kubeconfig"
         for s in $STEPS; do run_step sim "$s" "$TMP/sim.kubeconfig" sim_vmem; done

@@ -60,6 +60,8 @@ HZ=$(getconf CLK_TCK)
 
 log() { echo "list-scaling: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=bench/scripts/modeled-sim.sh
+source "$(dirname "${BASH_SOURCE[0]}")/modeled-sim.sh"
 
 if [[ -z "${SKIP_BUILD:-}" ]]; then
     (cd "$ROOT" && cargo build --release -p bench -p loadgen --bin tollgate-bench --bin loadgen) >&2
@@ -104,13 +106,7 @@ stop_real() {
     REAL_RUN=""
 }
 start_sim() { # $1 tag
-    # shellcheck disable=SC2086
-    "$SIM" sim --cost-model modeled --memory-limit "$SIM_MEMORY_LIMIT" --listen 127.0.0.1:0 --exit-with-stdin \
-        --kubeconfig-out "$TMP/sim-$1.kubeconfig" $SIM_FLAGS >"$TMP/sim-$1.out" 2>"$TMP/sim-$1.err" < <(sleep infinity) &
-    SIM_PID=$!
-    for _ in $(seq 1 300); do grep -q "serving the Kubernetes API" "$TMP/sim-$1.out" && break; sleep 0.1; done
-    SIM_URL=$(sed -n 's/.*serving the Kubernetes API at \(http[^ ]*\).*/\1/p' "$TMP/sim-$1.out")
-    [[ -n $SIM_URL ]] || { cat "$TMP/sim-$1.err" >&2; die "the sim did not start"; }
+    start_modeled_sim "sim-$1"
     KC=$TMP/sim-$1.kubeconfig
     SIM_TAG=$1
 }
