@@ -3,6 +3,7 @@
 //! structs before any port is bound; unknown fields are errors.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
 
@@ -398,6 +399,15 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Admission's part of the configuration.
+    pub fn admission(&self) -> crate::enforce::settings::AdmissionSettings<'_> {
+        crate::enforce::settings::AdmissionSettings {
+            lanes: &self.lanes,
+            quota: &self.quota,
+            relist_guard: &self.relist_guard,
+        }
+    }
+
     /// The file named by `flags.config` (or the defaults), with the flags applied, validated.
     pub fn load(flags: &Flags) -> Result<Config, ConfigError> {
         let mut config = match &flags.config {
@@ -588,6 +598,31 @@ impl Config {
             .and_then(|()| self.quota.validate())
             .and_then(|()| self.relist_guard.validate())
             .map_err(|(field, reason)| ConfigError::Invalid { field, reason })
+    }
+}
+
+/// The running configuration, replaced whole by a reload; each reader takes
+/// an `Arc` of the version it started with (one per request).
+#[derive(Debug)]
+pub struct Current(RwLock<Arc<Config>>);
+
+impl Current {
+    pub fn new(config: Config) -> Current {
+        Current(RwLock::new(Arc::new(config)))
+    }
+
+    pub fn get(&self) -> Arc<Config> {
+        self.0
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    pub fn set(&self, config: Config) {
+        match self.0.write() {
+            Ok(mut c) => *c = Arc::new(config),
+            Err(e) => *e.into_inner() = Arc::new(config),
+        }
     }
 }
 

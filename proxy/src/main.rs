@@ -186,6 +186,6 @@ async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    gateway.serve(listener, admin, shutdown).await;
+    tollgate::server::serve(gateway, listener, admin, shutdown).await;
     Ok(())
 }
