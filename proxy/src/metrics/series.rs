@@ -12,9 +12,8 @@ use crate::pattern::PatternVerb;
 
 /// The series of `tollgate_requests` (200), `tollgate_response_bytes` and
 /// `tollgate_request_duration_seconds` one verb's responses touch, each looked up in its
-/// family once, on first use. Each family lookup takes its lock and hashes the label set;
-/// three per request were a tenth of what tollgate adds to minproxy's work per request
-/// (issue 3). A handle is the family's own series (a clone shares it), and each is created
+/// family once, on first use: each family lookup takes its lock and hashes the label set,
+/// on every request. A handle is the family's own series (a clone shares it), and each is created
 /// only when first counted, so the exported text is the same as without them.
 #[derive(Debug, Default)]
 pub struct PerVerb {

@@ -234,8 +234,8 @@ impl Prediction {
 }
 
 /// The maps a request looks up (two or three times each): foldhash instead of std's SipHash,
-/// which hashed each `PatternKey` field by field at ~70 rounds per request (issue 3's
-/// profile: 4,200 instructions a request). Still seeded per map at random, so keys a
+/// which hashed each `PatternKey` field by field, costly on every request. Still seeded per
+/// map at random, so keys a
 /// client chooses (resources, selector fields) cannot be aimed at one bucket in advance;
 /// the cache is bounded besides.
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
