@@ -33,8 +33,6 @@ pub use rewrite::rewrite_to_cache;
 
 /// The response header naming the lane a request was served in.
 pub const LANE_HEADER: &str = "x-tollgate-lane";
-/// The response header saying a consistent LIST was served from the cache.
-pub const REWRITE_HEADER: &str = "x-tollgate-rewritten";
 
 /// The flow a client's heavy requests queue in (and are rate-limited by).
 pub fn flow_key(client: &Client, by: FlowBy) -> String {

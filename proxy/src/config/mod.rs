@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 mod flags;
 
+pub use crate::predict::settings::{Patterns, Store};
 pub use flags::Flags;
 
 /// What tollgate does with what it learns.
@@ -34,17 +35,6 @@ impl Mode {
             Mode::Enforce => "enforce",
         }
     }
-}
-
-/// Which store serves a consistency class; decides whether a filtered LIST is
-/// charged for every object the apiserver reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Store {
-    /// The apiserver's watch cache: selectors are cheap (indexed or in memory).
-    WatchCache,
-    /// etcd: the whole resource is read, then filtered.
-    Etcd,
 }
 
 /// The whole configuration. Every field has a default right for a
@@ -198,33 +188,6 @@ pub struct Timeouts {
     pub idle_seconds: f64,
 }
 
-/// The pattern cache and predictor.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct Patterns {
-    /// Most patterns kept; the coldest 10% are evicted when full. Default `10000`.
-    pub capacity: usize,
-    /// Half-life of the decayed statistics, seconds. Default `300`.
-    pub half_life_seconds: f64,
-    /// Prediction for a LIST of a resource never seen, bytes. Default `1048576`.
-    pub default_list_bytes: f64,
-    /// Prediction for any other request never seen, bytes. Default `4096`.
-    pub default_request_bytes: f64,
-    /// Bytes per object assumed when only the apiserver's object count is
-    /// known (until a full LIST teaches it). Default `4096`.
-    pub default_object_bytes: f64,
-    /// Assumed uncompressed/compressed ratio of gzip responses until one is
-    /// learned for the resource. Default `8`.
-    pub gzip_ratio: f64,
-    /// Store that serves `cache` reads. Default `watchCache`.
-    pub cache_store: Store,
-    /// Store that serves `consistent` reads. Default `etcd` (Kubernetes before
-    /// 1.31; set `watchCache` for newer clusters with consistent reads from cache).
-    pub consistent_store: Store,
-    /// Store that serves `exact` reads. Default `etcd`.
-    pub exact_store: Store,
-}
-
 /// Graceful drain.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -288,22 +251,6 @@ impl Default for Timeouts {
             request_seconds: 70.0,
             keep_alive_seconds: 30.0,
             idle_seconds: 90.0,
-        }
-    }
-}
-
-impl Default for Patterns {
-    fn default() -> Self {
-        Patterns {
-            capacity: 10_000,
-            half_life_seconds: 300.0,
-            default_list_bytes: 1_048_576.0,
-            default_request_bytes: 4096.0,
-            default_object_bytes: 4096.0,
-            gzip_ratio: 8.0,
-            cache_store: Store::WatchCache,
-            consistent_store: Store::Etcd,
-            exact_store: Store::Etcd,
         }
     }
 }

@@ -26,7 +26,6 @@ use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admit::REWRITE_HEADER;
 use crate::context::RequestCtx;
 use crate::identity::rewrite_identity_headers;
 use crate::status::{self, ProxyError};
@@ -35,6 +34,10 @@ use crate::Body;
 pub use h2_spread::StreamSlot;
 pub use hop::{is_upgrade, strip_hop_by_hop};
 pub use pool::{Outstanding, SendError, Upstream, UpstreamPool};
+
+/// The response header saying a consistent LIST was served from the cache
+/// (rewritten by the relist guard's policy, see [`crate::admit::rewrite_to_cache`]).
+pub const REWRITE_HEADER: &str = "x-tollgate-rewritten";
 
 /// What came back from the upstream.
 pub enum Forwarded {

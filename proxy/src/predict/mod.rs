@@ -22,14 +22,15 @@ use apimodel::request::Scope;
 use apimodel::ConsistencyClass;
 use tokio::time::Instant;
 
-use crate::config::{Patterns, Store};
 use crate::decay::decay_factor;
 pub use crate::decay::DecayedHistogram;
 use crate::pattern::{PatternKey, PatternVerb};
 
+pub mod settings;
 mod store;
 mod view;
 
+pub use settings::{Patterns, Store};
 pub use store::PatternStore;
 pub use view::PatternView;
 

@@ -7,8 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
-use super::{view, PatternCache, PatternView};
-use crate::config::Patterns;
+use super::{view, PatternCache, PatternView, Patterns};
 
 /// The shared pattern cache.
 #[derive(Debug)]

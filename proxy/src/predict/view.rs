@@ -5,8 +5,7 @@
 
 use tokio::time::Instant;
 
-use super::{PatternCache, PatternStats};
-use crate::config::Store;
+use super::{PatternCache, PatternStats, Store};
 use crate::pattern::PatternKey;
 
 /// A learned pattern as `/debug/patterns` shows it.
