@@ -1,15 +1,14 @@
 //! One operation's open-loop driver, on an OS thread of its own with a
 //! current-thread runtime: the driver, its requests and their connections
 //! ([`Conns`]) never leave that thread, so a response wakes nothing on another
-//! core (the multi-threaded runtime and the pooled client cost 1.4 context
-//! switches per request; wrk, whose thread owns its connections, 0.4).
+//! core: context switches per request are what the multi-threaded runtime and
+//! the pooled client cost (figures in bench/RESULTS.md, "loadgen's driver").
 //!
 //! The driver keeps the schedule itself: whenever it runs (a response came
 //! in, or its alarm rang) it issues every tick that is due. The alarm is a
 //! timerfd in the runtime's own epoll set: a high-resolution timer (tokio's
 //! timer rounds to the next millisecond) that wakes the driver thread
-//! directly, where a sleeping tick thread cost two more context switches per
-//! wake (its own and the hand-off). Latency runs from each tick's intended
+//! directly, where a sleeping tick thread would add a hand-off per wake. Latency runs from each tick's intended
 //! start; at `--max-in-flight` outstanding requests a tick is dropped and
 //! counted.
 //!

@@ -436,4 +436,5 @@ fn measurements_count_the_steps_between_start_and_gather() -> anyhow::Result<()>
     Ok(())
 }
 
+mod etcd;
 mod examples;

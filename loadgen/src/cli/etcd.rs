@@ -1,13 +1,13 @@
-//! `loadgen etcd` flags and their checks, turned into an [`EtcdConfig`].
+//! `loadgen etcd` flags and their checks, turned into an [`EtcdConfig`];
+//! also a scenario's `etcd:` phase, whose flags are the same.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{parse_duration, ScheduleArg};
+use super::{parse_duration, ScheduleArg};
+use crate::etcd::{EtcdConfig, EtcdError, RangeSpec, SeedSpec, WatchSpec};
 use crate::rate::Rate;
 use crate::schedule::ScheduleKind;
-
-use super::{EtcdConfig, EtcdError, RangeSpec, SeedSpec, WatchSpec};
 
 /// The largest value loadgen writes: etcd's default `--max-request-bytes`
 /// (1.5 MiB) less room for the key and the request's framing.
@@ -120,12 +120,12 @@ fn invalid(flag: &'static str, message: impl Into<String>) -> EtcdError {
 }
 
 fn check_size(flag: &'static str, size: usize) -> Result<(), EtcdError> {
-    if size < super::value::MIN_SIZE {
+    if size < crate::etcd::value::MIN_SIZE {
         return Err(invalid(
             flag,
             format!(
                 "{size} bytes is too small: a value carries a {}-byte stamp",
-                super::value::MIN_SIZE
+                crate::etcd::value::MIN_SIZE
             ),
         ));
     }
@@ -237,7 +237,7 @@ impl EtcdArgs {
                 keys_only: self.keys_only,
                 count_only: self.count_only,
             }),
-            puts: self.puts.map(|rate| super::PutSpec {
+            puts: self.puts.map(|rate| crate::etcd::PutSpec {
                 rate,
                 prefix: self.put_prefix.clone(),
                 size: self.put_size,
@@ -250,7 +250,7 @@ impl EtcdArgs {
             seed: (self.seed > 0).then(|| SeedSpec {
                 count: self.seed,
                 size: self.seed_size,
-                prefix: format!("{}{}", self.range_prefix, super::SEED_DIR),
+                prefix: format!("{}{}", self.range_prefix, crate::etcd::SEED_DIR),
             }),
             output: self.output,
             server_metrics: self.server_metrics,
@@ -258,6 +258,34 @@ impl EtcdArgs {
             progress: !self.no_progress,
         })
     }
+}
+
+/// A scenario phase's `etcd:` flags as `loadgen etcd` would parse them.
+#[derive(Debug, clap::Parser)]
+#[command(name = "etcd")]
+struct EtcdPhaseCli {
+    #[command(flatten)]
+    args: EtcdArgs,
+}
+
+/// Whether a phase's flags name their own `--endpoints`.
+pub fn has_endpoints(args: &[String]) -> bool {
+    args.iter()
+        .any(|a| a == "--endpoints" || a.starts_with("--endpoints="))
+}
+
+/// An `etcd:` phase's flags → its config; `endpoints` unless the flags name their own.
+pub fn parse_phase(args: &[String], endpoints: Option<&str>) -> Result<EtcdConfig, String> {
+    let mut argv = vec!["etcd".to_string(), "--no-progress".to_string()];
+    argv.extend(args.iter().cloned());
+    if !has_endpoints(args) {
+        if let Some(e) = endpoints {
+            argv.extend(["--endpoints".to_string(), e.to_string()]);
+        }
+    }
+    let cli = <EtcdPhaseCli as clap::Parser>::try_parse_from(&argv)
+        .map_err(|e| e.render().to_string().trim().to_string())?;
+    cli.args.into_config().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
