@@ -141,83 +141,21 @@ fn check_size(flag: &'static str, size: usize) -> Result<(), EtcdError> {
 impl EtcdArgs {
     /// Checks the flags and builds the run's [`EtcdConfig`].
     pub fn into_config(self) -> Result<EtcdConfig, EtcdError> {
-        if self.endpoints.is_empty() {
-            return Err(invalid(
-                "endpoints",
-                "give at least one etcd client URL, e.g. --endpoints http://127.0.0.1:2379",
-            ));
-        }
-        let mut endpoints = Vec::new();
-        for e in &self.endpoints {
-            let e = e.trim();
-            if e.starts_with("https://") {
-                return Err(invalid(
-                    "endpoints",
-                    format!("`{e}`: TLS is not supported yet; use an http:// client URL"),
-                ));
-            }
-            let url = if e.contains("://") {
-                e.to_string()
-            } else {
-                format!("http://{e}")
-            };
-            let ok = url
-                .parse::<http::Uri>()
-                .ok()
-                .filter(|u| u.scheme_str() == Some("http") && u.authority().is_some());
-            if ok.is_none() {
-                return Err(invalid(
-                    "endpoints",
-                    format!("`{e}` is not an http://HOST:PORT URL"),
-                ));
-            }
-            endpoints.push(url);
-        }
+        let endpoints = endpoints(&self.endpoints)?;
         if self.duration.is_zero() {
             return Err(invalid("duration", "must be greater than zero"));
         }
         if self.ranges.is_none() && self.puts.is_none() && self.watches == 0 && self.seed == 0 {
             return Err(EtcdError::NothingToDo);
         }
-        if self.puts.is_some() {
-            check_size("put-size", self.put_size)?;
-            if self.put_keys == 0 {
-                return Err(invalid("put-keys", "must be at least 1"));
-            }
-            if self.put_prefix.is_empty() {
-                return Err(invalid(
-                    "put-prefix",
-                    "must not be empty (puts would land all over the key space)",
-                ));
-            }
-        }
-        if self.seed > 0 {
-            check_size("seed-size", self.seed_size)?;
-        }
+        self.check_sizes()?;
         if self.max_in_flight == 0 {
             return Err(invalid("max-in-flight", "must be at least 1"));
         }
         if self.timeout.is_zero() {
             return Err(invalid("timeout", "must be greater than zero"));
         }
-        let schedule = match self.schedule {
-            ScheduleArg::Constant => ScheduleKind::Constant,
-            ScheduleArg::Poisson => ScheduleKind::Poisson {
-                seed: self.schedule_seed,
-            },
-            ScheduleArg::Steps => {
-                if self.steps == 0 {
-                    return Err(invalid("steps", "must be at least 1"));
-                }
-                if self.step_duration.is_zero() {
-                    return Err(invalid("step-duration", "must be greater than zero"));
-                }
-                ScheduleKind::Steps {
-                    steps: self.steps,
-                    step: self.step_duration,
-                }
-            }
-        };
+        let schedule = self.schedule()?;
         let watch_prefix = self
             .watch_prefix
             .clone()
@@ -258,6 +196,84 @@ impl EtcdArgs {
             progress: !self.no_progress,
         })
     }
+
+    /// The puts' and the seed's values and keys.
+    fn check_sizes(&self) -> Result<(), EtcdError> {
+        if self.puts.is_some() {
+            check_size("put-size", self.put_size)?;
+            if self.put_keys == 0 {
+                return Err(invalid("put-keys", "must be at least 1"));
+            }
+            if self.put_prefix.is_empty() {
+                return Err(invalid(
+                    "put-prefix",
+                    "must not be empty (puts would land all over the key space)",
+                ));
+            }
+        }
+        if self.seed > 0 {
+            check_size("seed-size", self.seed_size)?;
+        }
+        Ok(())
+    }
+
+    fn schedule(&self) -> Result<ScheduleKind, EtcdError> {
+        Ok(match self.schedule {
+            ScheduleArg::Constant => ScheduleKind::Constant,
+            ScheduleArg::Poisson => ScheduleKind::Poisson {
+                seed: self.schedule_seed,
+            },
+            ScheduleArg::Steps => {
+                if self.steps == 0 {
+                    return Err(invalid("steps", "must be at least 1"));
+                }
+                if self.step_duration.is_zero() {
+                    return Err(invalid("step-duration", "must be greater than zero"));
+                }
+                ScheduleKind::Steps {
+                    steps: self.steps,
+                    step: self.step_duration,
+                }
+            }
+        })
+    }
+}
+
+/// `--endpoints` as `http://HOST:PORT` URLs (a bare `HOST:PORT` gets `http://`).
+fn endpoints(given: &[String]) -> Result<Vec<String>, EtcdError> {
+    if given.is_empty() {
+        return Err(invalid(
+            "endpoints",
+            "give at least one etcd client URL, e.g. --endpoints http://127.0.0.1:2379",
+        ));
+    }
+    let mut endpoints = Vec::new();
+    for e in given {
+        let e = e.trim();
+        if e.starts_with("https://") {
+            return Err(invalid(
+                "endpoints",
+                format!("`{e}`: TLS is not supported yet; use an http:// client URL"),
+            ));
+        }
+        let url = if e.contains("://") {
+            e.to_string()
+        } else {
+            format!("http://{e}")
+        };
+        let ok = url
+            .parse::<http::Uri>()
+            .ok()
+            .filter(|u| u.scheme_str() == Some("http") && u.authority().is_some());
+        if ok.is_none() {
+            return Err(invalid(
+                "endpoints",
+                format!("`{e}` is not an http://HOST:PORT URL"),
+            ));
+        }
+        endpoints.push(url);
+    }
+    Ok(endpoints)
 }
 
 /// A scenario phase's `etcd:` flags as `loadgen etcd` would parse them.
