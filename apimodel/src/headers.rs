@@ -1,8 +1,12 @@
-//! Response headers tollgate adds and its clients read.
+//! Response headers tollgate adds, or kube-apiserver sends, that clients read.
 
 /// The lane a request was served in (set by tollgate on every response it
 /// forwards or rejects; loadgen splits its results by it).
 pub const LANE_HEADER: &str = "x-tollgate-lane";
+
+/// The UID of the API Priority and Fairness priority level kube-apiserver
+/// served a request in (loadgen splits its results by it, as by lane).
+pub const PRIORITY_LEVEL_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
 
 #[cfg(test)]
 mod tests {

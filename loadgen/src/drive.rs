@@ -26,7 +26,7 @@ use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -38,11 +38,24 @@ use tokio_util::sync::CancellationToken;
 
 use self::deadline::Deadlines;
 use crate::conn::Conns;
-use crate::ops::{OpKind, OpSpec, Planned};
+use crate::ops::{CreatedPods, OpKind, OpSpec, Planned};
 use crate::record::{OpRecorder, Outcome};
-use crate::run::RunCtx;
 use crate::schedule::Ticks;
 use crate::send::{self, SendOptions, Sent};
+use crate::target::ApiClient;
+use crate::Config;
+
+/// Shared by every driver and request of the run.
+pub(crate) struct RunCtx {
+    /// The pooled client, for the burst and the checks around the run.
+    pub(crate) client: ApiClient,
+    pub(crate) config: Config,
+    pub(crate) created: CreatedPods,
+    /// Objects created so far (for `--max-objects`).
+    pub(crate) creations: std::sync::atomic::AtomicU64,
+    /// The last list revision seen, for `--list-rv exact`.
+    pub(crate) last_rv: Mutex<Option<String>>,
+}
 
 /// How much earlier than intended a tick may leave: about what waking the
 /// thread takes, so that requests leave on time rather than always late.

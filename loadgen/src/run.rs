@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::conn::Conns;
+use crate::drive::RunCtx;
 use crate::ops::{CreatedPods, OpKind, OpSpec, Planned};
 use crate::record::OpRecorder;
 use crate::report::Report;
@@ -20,18 +21,6 @@ use crate::target::{ApiClient, Target};
 use crate::watch::{self, WatchStats};
 use crate::window::{write_output, Scraping, Window};
 use crate::{Config, Error};
-
-/// Shared by every driver and request of the run.
-pub(crate) struct RunCtx {
-    /// The pooled client, for the burst and the checks around the run.
-    pub(crate) client: ApiClient,
-    pub(crate) config: Config,
-    pub(crate) created: CreatedPods,
-    /// Objects created so far (for `--max-objects`).
-    pub(crate) creations: std::sync::atomic::AtomicU64,
-    /// The last list revision seen, for `--list-rv exact`.
-    pub(crate) last_rv: Mutex<Option<String>>,
-}
 
 /// Runs the load described by `config` until `--duration` ends or `shutdown`
 /// is cancelled (Ctrl-C), and returns what was measured. Results are written
