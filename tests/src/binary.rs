@@ -125,7 +125,7 @@ pub fn bench_command() -> std::process::Command {
     ));
     c.env(
         "LOADGEN_BIN",
-        fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
+        fresh_workspace_binary("loadgen", &["loadgen", "kubeio", "apimodel"]),
     )
     .env(
         "TOLLGATE_BIN",

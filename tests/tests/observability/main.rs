@@ -229,7 +229,7 @@ impl LoadRun {
             "limit=abc through tollgate: HTTP {code}, want 400"
         );
 
-        let loadgen_bin = fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]);
+        let loadgen_bin = fresh_workspace_binary("loadgen", &["loadgen", "kubeio", "apimodel"]);
         let mut cmd = Command::new(loadgen_bin);
         cmd.args([
             "--server",

@@ -2,10 +2,15 @@
 //! pulling in the `kube` crate, which costs ~70% more build time on our
 //! machines. Supported: `certificate-authority(-data)`, `insecure-skip-tls-verify`,
 //! `tls-server-name`, `client-certificate(-data)`, `client-key(-data)`,
-//! `token`, `tokenFile` (re-read every minute, see [`crate::credentials`]),
-//! `exec` credential plugins (see [`crate::exec`]), the context's `namespace`,
+//! `token`, `tokenFile` (spelled as kubectl writes it; a long-running client
+//! re-reads it, as loadgen's credentials do every minute), `exec` credential
+//! plugins (see [`crate::exec`]; run by the caller), the context's `namespace`,
 //! and `KUBECONFIG` lists (first file to define a name wins, as in client-go).
 //! `auth-provider` (removed from kubectl in 1.26) is refused with a clear error.
+//!
+//! Two ways in: [`paths`] + [`load`] as kubectl finds its files (loadgen), or
+//! [`load_file`] for one named file's current context (a server's own identity),
+//! with [`ResolvedContext::identity_pem`] and [`ResolvedContext::read_token`].
 
 use std::path::{Path, PathBuf};
 
@@ -51,7 +56,7 @@ pub enum KubeconfigError {
     NoContext,
     #[error("kubeconfig has no {kind} named `{name}`")]
     Missing { kind: &'static str, name: String },
-    #[error("kubeconfig user `{user}` uses auth-provider `{provider}`, which loadgen does not support (kubectl dropped auth-provider plugins in 1.26); use an exec plugin (e.g. kubelogin for OIDC), a token or a client certificate")]
+    #[error("kubeconfig user `{user}` uses auth-provider `{provider}`, which is not supported (kubectl dropped auth-provider plugins in 1.26); use an exec plugin (e.g. kubelogin for OIDC), a token or a client certificate")]
     AuthProviderUnsupported { user: String, provider: String },
     #[error("kubeconfig field {field} is not valid base64")]
     Base64 { field: &'static str },
@@ -134,13 +139,22 @@ pub fn paths(explicit: Option<&Path>) -> Result<Vec<PathBuf>, KubeconfigError> {
     }
 }
 
-/// Loads `files` (merged, first definition wins) and resolves `context`
-/// (or the current context).
-pub fn load(files: &[PathBuf], context: Option<&str>) -> Result<ResolvedContext, KubeconfigError> {
-    let mut merged = Kubeconfig::default();
-    // Paths inside each file are relative to that file's directory.
-    let mut cluster_dirs = Vec::new();
-    let mut user_dirs = Vec::new();
+/// `files` merged as client-go merges a `KUBECONFIG` list: the first file to
+/// define a name wins; the first non-empty `current-context` wins.
+struct Merged {
+    config: Kubeconfig,
+    /// The directory of the file each cluster came from (paths in it are relative to it).
+    cluster_dirs: Vec<PathBuf>,
+    user_dirs: Vec<PathBuf>,
+}
+
+fn merge(files: &[PathBuf]) -> Result<Merged, KubeconfigError> {
+    let mut merged = Merged {
+        config: Kubeconfig::default(),
+        cluster_dirs: Vec::new(),
+        user_dirs: Vec::new(),
+    };
+    let m = &mut merged.config;
     for path in files {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
@@ -160,34 +174,42 @@ pub fn load(files: &[PathBuf], context: Option<&str>) -> Result<ResolvedContext,
             })?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         for c in cfg.clusters {
-            if !merged.clusters.iter().any(|m| m.name == c.name) {
-                cluster_dirs.push(dir.clone());
-                merged.clusters.push(c);
+            if !m.clusters.iter().any(|n| n.name == c.name) {
+                merged.cluster_dirs.push(dir.clone());
+                m.clusters.push(c);
             }
         }
         for u in cfg.users {
-            if !merged.users.iter().any(|m| m.name == u.name) {
-                user_dirs.push(dir.clone());
-                merged.users.push(u);
+            if !m.users.iter().any(|n| n.name == u.name) {
+                merged.user_dirs.push(dir.clone());
+                m.users.push(u);
             }
         }
         for c in cfg.contexts {
-            if !merged.contexts.iter().any(|m| m.name == c.name) {
-                merged.contexts.push(c);
+            if !m.contexts.iter().any(|n| n.name == c.name) {
+                m.contexts.push(c);
             }
         }
-        if merged.current_context.as_deref().unwrap_or("").is_empty() {
-            merged.current_context = cfg.current_context;
+        if m.current_context.as_deref().unwrap_or("").is_empty() {
+            m.current_context = cfg.current_context;
         }
     }
+    Ok(merged)
+}
+
+/// Loads `files` (merged, first definition wins) and resolves `context`
+/// (or the current context).
+pub fn load(files: &[PathBuf], context: Option<&str>) -> Result<ResolvedContext, KubeconfigError> {
+    let merged = merge(files)?;
+    let kc = &merged.config;
     let ctx_name = context
         .map(str::to_string)
-        .or(merged.current_context.clone())
+        .or(kc.current_context.clone())
         .filter(|s| !s.is_empty())
         .ok_or(KubeconfigError::NoContext)?;
-    let ctx = find(&merged.contexts, &ctx_name, "context")?.0;
-    let (cluster, cdir) = find(&merged.clusters, &ctx.cluster, "cluster")?;
-    let cdir = &cluster_dirs[cdir];
+    let ctx = find(&kc.contexts, &ctx_name, "context")?.0;
+    let (cluster, cdir) = find(&kc.clusters, &ctx.cluster, "cluster")?;
+    let cdir = &merged.cluster_dirs[cdir];
     let mut out = ResolvedContext {
         server: cluster.server.clone(),
         insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
@@ -202,59 +224,95 @@ pub fn load(files: &[PathBuf], context: Option<&str>) -> Result<ResolvedContext,
         "certificate-authority-data",
     )?;
     if !ctx.user.is_empty() {
-        let (user, udir) = find(&merged.users, &ctx.user, "user")?;
-        let udir = &user_dirs[udir];
-        out.client_cert_pem = data_or_file(
-            user.client_certificate_data.as_deref(),
-            user.client_certificate.as_deref(),
-            udir,
-            "client-certificate-data",
-        )?;
-        out.client_key_pem = data_or_file(
-            user.client_key_data.as_deref(),
-            user.client_key.as_deref(),
-            udir,
-            "client-key-data",
-        )?;
-        out.user = Some(ctx.user.clone());
-        // As client-go: `token` first, then `tokenFile`, then the plugin.
-        match (&user.token, &user.token_file) {
-            (Some(t), _) if !t.is_empty() => out.token = Some(t.clone()),
-            (_, Some(f)) if !f.is_empty() => out.token_file = Some(udir.join(f)),
-            _ => {}
-        }
-        if let Some(provider) = &user.auth_provider {
-            return Err(KubeconfigError::AuthProviderUnsupported {
-                user: ctx.user.clone(),
-                provider: provider["name"].as_str().unwrap_or("?").to_string(),
-            });
-        }
-        if let Some(exec) = user
-            .exec
-            .clone()
-            .filter(|_| out.token.is_none() && out.token_file.is_none())
-        {
-            // client-go: a relative command with a path separator is relative
-            // to the kubeconfig's directory; a bare name is looked up in PATH.
-            let program = if exec.command.contains('/') {
-                udir.join(&exec.command)
-            } else {
-                PathBuf::from(&exec.command)
-            };
-            out.exec = Some(ExecPlugin {
-                user: ctx.user.clone(),
-                config: exec,
-                program,
-                cluster: ClusterInfo {
-                    server: out.server.clone(),
-                    tls_server_name: out.tls_server_name.clone(),
-                    insecure_skip_tls_verify: out.insecure_skip_tls_verify,
-                    ca_pem: out.ca_pem.clone(),
-                },
-            });
-        }
+        let (user, udir) = find(&kc.users, &ctx.user, "user")?;
+        resolve_user(&mut out, &ctx.user, user, &merged.user_dirs[udir])?;
     }
     Ok(out)
+}
+
+/// The user's credentials into `out`; file names are relative to `dir`.
+fn resolve_user(
+    out: &mut ResolvedContext,
+    name: &str,
+    user: &User,
+    dir: &Path,
+) -> Result<(), KubeconfigError> {
+    out.client_cert_pem = data_or_file(
+        user.client_certificate_data.as_deref(),
+        user.client_certificate.as_deref(),
+        dir,
+        "client-certificate-data",
+    )?;
+    out.client_key_pem = data_or_file(
+        user.client_key_data.as_deref(),
+        user.client_key.as_deref(),
+        dir,
+        "client-key-data",
+    )?;
+    out.user = Some(name.to_string());
+    // As client-go: `token` first, then `tokenFile`, then the plugin.
+    match (&user.token, &user.token_file) {
+        (Some(t), _) if !t.is_empty() => out.token = Some(t.clone()),
+        (_, Some(f)) if !f.is_empty() => out.token_file = Some(dir.join(f)),
+        _ => {}
+    }
+    if let Some(provider) = &user.auth_provider {
+        return Err(KubeconfigError::AuthProviderUnsupported {
+            user: name.to_string(),
+            provider: provider["name"].as_str().unwrap_or("?").to_string(),
+        });
+    }
+    if let Some(exec) = user
+        .exec
+        .clone()
+        .filter(|_| out.token.is_none() && out.token_file.is_none())
+    {
+        // client-go: a relative command with a path separator is relative
+        // to the kubeconfig's directory; a bare name is looked up in PATH.
+        let program = if exec.command.contains('/') {
+            dir.join(&exec.command)
+        } else {
+            PathBuf::from(&exec.command)
+        };
+        out.exec = Some(ExecPlugin {
+            user: name.to_string(),
+            config: exec,
+            program,
+            cluster: ClusterInfo {
+                server: out.server.clone(),
+                tls_server_name: out.tls_server_name.clone(),
+                insecure_skip_tls_verify: out.insecure_skip_tls_verify,
+                ca_pem: out.ca_pem.clone(),
+            },
+        });
+    }
+    Ok(())
+}
+
+/// The current context of the one kubeconfig at `path`.
+pub fn load_file(path: &Path) -> Result<ResolvedContext, KubeconfigError> {
+    load(&[path.to_path_buf()], None)
+}
+
+impl ResolvedContext {
+    /// The client certificate and key (PEM), when both are given.
+    pub fn identity_pem(&self) -> Option<(&[u8], &[u8])> {
+        self.client_cert_pem
+            .as_deref()
+            .zip(self.client_key_pem.as_deref())
+    }
+
+    /// The bearer token now: `token`, else the trimmed contents of `tokenFile`
+    /// (read on each call), else none. Exec plugins are not run here.
+    pub fn read_token(&self) -> Result<Option<String>, KubeconfigError> {
+        if let Some(t) = &self.token {
+            return Ok(Some(t.clone()));
+        }
+        match &self.token_file {
+            Some(f) => Ok(Some(read(f)?.trim().to_string())),
+            None => Ok(None),
+        }
+    }
 }
 
 fn find<'a, T>(
@@ -368,6 +426,39 @@ users:
         assert!(r.insecure_skip_tls_verify);
         assert_eq!(r.token_file, Some(dir.path().join("token.txt")));
         assert_eq!(r.token, None);
+    }
+
+    #[test]
+    fn token_file_as_kubectl_writes_it_is_read() {
+        let dir = write_config();
+        std::fs::write(
+            dir.path().join("one"),
+            "current-context: p\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n\
+contexts: [{name: p, context: {cluster: c, user: u}}]\n\
+users: [{name: u, user: {tokenFile: token.txt}}]\n",
+        )
+        .expect("write");
+        let r = load_file(&dir.path().join("one")).expect("load");
+        assert_eq!(r.token_file, Some(dir.path().join("token.txt")));
+        assert_eq!(r.read_token().expect("token").as_deref(), Some("s3cret"));
+        assert!(r.identity_pem().is_none());
+        std::fs::remove_file(dir.path().join("token.txt")).expect("rm");
+        assert!(
+            r.read_token().is_err(),
+            "a tokenFile that went away is an error"
+        );
+    }
+
+    #[test]
+    fn a_static_token_wins_and_certificates_pair_up() {
+        let dir = write_config();
+        let r = load_file(&dir.path().join("config")).expect("load");
+        assert_eq!(r.identity_pem(), Some((&b"CERT"[..], &b"KEY"[..])));
+        assert_eq!(r.read_token().expect("none"), None);
+        let mut t = r.clone();
+        t.token = Some("abc".into());
+        t.token_file = Some(dir.path().join("missing"));
+        assert_eq!(t.read_token().expect("static").as_deref(), Some("abc"));
     }
 
     #[test]

@@ -1,13 +1,13 @@
-//! `loadgen etcd` flags and their checks, turned into an [`EtcdConfig`].
+//! `loadgen etcd` flags and their checks, turned into an [`EtcdConfig`];
+//! also a scenario's `etcd:` phase, whose flags are the same.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{parse_duration, ScheduleArg};
+use super::{parse_duration, ScheduleArg};
+use crate::etcd::{EtcdConfig, EtcdError, RangeSpec, SeedSpec, WatchSpec};
 use crate::rate::Rate;
 use crate::schedule::ScheduleKind;
-
-use super::{EtcdConfig, EtcdError, RangeSpec, SeedSpec, WatchSpec};
 
 /// The largest value loadgen writes: etcd's default `--max-request-bytes`
 /// (1.5 MiB) less room for the key and the request's framing.
@@ -120,12 +120,12 @@ fn invalid(flag: &'static str, message: impl Into<String>) -> EtcdError {
 }
 
 fn check_size(flag: &'static str, size: usize) -> Result<(), EtcdError> {
-    if size < super::value::MIN_SIZE {
+    if size < crate::etcd::value::MIN_SIZE {
         return Err(invalid(
             flag,
             format!(
                 "{size} bytes is too small: a value carries a {}-byte stamp",
-                super::value::MIN_SIZE
+                crate::etcd::value::MIN_SIZE
             ),
         ));
     }
@@ -141,83 +141,21 @@ fn check_size(flag: &'static str, size: usize) -> Result<(), EtcdError> {
 impl EtcdArgs {
     /// Checks the flags and builds the run's [`EtcdConfig`].
     pub fn into_config(self) -> Result<EtcdConfig, EtcdError> {
-        if self.endpoints.is_empty() {
-            return Err(invalid(
-                "endpoints",
-                "give at least one etcd client URL, e.g. --endpoints http://127.0.0.1:2379",
-            ));
-        }
-        let mut endpoints = Vec::new();
-        for e in &self.endpoints {
-            let e = e.trim();
-            if e.starts_with("https://") {
-                return Err(invalid(
-                    "endpoints",
-                    format!("`{e}`: TLS is not supported yet; use an http:// client URL"),
-                ));
-            }
-            let url = if e.contains("://") {
-                e.to_string()
-            } else {
-                format!("http://{e}")
-            };
-            let ok = url
-                .parse::<http::Uri>()
-                .ok()
-                .filter(|u| u.scheme_str() == Some("http") && u.authority().is_some());
-            if ok.is_none() {
-                return Err(invalid(
-                    "endpoints",
-                    format!("`{e}` is not an http://HOST:PORT URL"),
-                ));
-            }
-            endpoints.push(url);
-        }
+        let endpoints = endpoints(&self.endpoints)?;
         if self.duration.is_zero() {
             return Err(invalid("duration", "must be greater than zero"));
         }
         if self.ranges.is_none() && self.puts.is_none() && self.watches == 0 && self.seed == 0 {
             return Err(EtcdError::NothingToDo);
         }
-        if self.puts.is_some() {
-            check_size("put-size", self.put_size)?;
-            if self.put_keys == 0 {
-                return Err(invalid("put-keys", "must be at least 1"));
-            }
-            if self.put_prefix.is_empty() {
-                return Err(invalid(
-                    "put-prefix",
-                    "must not be empty (puts would land all over the key space)",
-                ));
-            }
-        }
-        if self.seed > 0 {
-            check_size("seed-size", self.seed_size)?;
-        }
+        self.check_sizes()?;
         if self.max_in_flight == 0 {
             return Err(invalid("max-in-flight", "must be at least 1"));
         }
         if self.timeout.is_zero() {
             return Err(invalid("timeout", "must be greater than zero"));
         }
-        let schedule = match self.schedule {
-            ScheduleArg::Constant => ScheduleKind::Constant,
-            ScheduleArg::Poisson => ScheduleKind::Poisson {
-                seed: self.schedule_seed,
-            },
-            ScheduleArg::Steps => {
-                if self.steps == 0 {
-                    return Err(invalid("steps", "must be at least 1"));
-                }
-                if self.step_duration.is_zero() {
-                    return Err(invalid("step-duration", "must be greater than zero"));
-                }
-                ScheduleKind::Steps {
-                    steps: self.steps,
-                    step: self.step_duration,
-                }
-            }
-        };
+        let schedule = self.schedule()?;
         let watch_prefix = self
             .watch_prefix
             .clone()
@@ -237,7 +175,7 @@ impl EtcdArgs {
                 keys_only: self.keys_only,
                 count_only: self.count_only,
             }),
-            puts: self.puts.map(|rate| super::PutSpec {
+            puts: self.puts.map(|rate| crate::etcd::PutSpec {
                 rate,
                 prefix: self.put_prefix.clone(),
                 size: self.put_size,
@@ -250,7 +188,7 @@ impl EtcdArgs {
             seed: (self.seed > 0).then(|| SeedSpec {
                 count: self.seed,
                 size: self.seed_size,
-                prefix: format!("{}{}", self.range_prefix, super::SEED_DIR),
+                prefix: format!("{}{}", self.range_prefix, crate::etcd::SEED_DIR),
             }),
             output: self.output,
             server_metrics: self.server_metrics,
@@ -258,6 +196,112 @@ impl EtcdArgs {
             progress: !self.no_progress,
         })
     }
+
+    /// The puts' and the seed's values and keys.
+    fn check_sizes(&self) -> Result<(), EtcdError> {
+        if self.puts.is_some() {
+            check_size("put-size", self.put_size)?;
+            if self.put_keys == 0 {
+                return Err(invalid("put-keys", "must be at least 1"));
+            }
+            if self.put_prefix.is_empty() {
+                return Err(invalid(
+                    "put-prefix",
+                    "must not be empty (puts would land all over the key space)",
+                ));
+            }
+        }
+        if self.seed > 0 {
+            check_size("seed-size", self.seed_size)?;
+        }
+        Ok(())
+    }
+
+    fn schedule(&self) -> Result<ScheduleKind, EtcdError> {
+        Ok(match self.schedule {
+            ScheduleArg::Constant => ScheduleKind::Constant,
+            ScheduleArg::Poisson => ScheduleKind::Poisson {
+                seed: self.schedule_seed,
+            },
+            ScheduleArg::Steps => {
+                if self.steps == 0 {
+                    return Err(invalid("steps", "must be at least 1"));
+                }
+                if self.step_duration.is_zero() {
+                    return Err(invalid("step-duration", "must be greater than zero"));
+                }
+                ScheduleKind::Steps {
+                    steps: self.steps,
+                    step: self.step_duration,
+                }
+            }
+        })
+    }
+}
+
+/// `--endpoints` as `http://HOST:PORT` URLs (a bare `HOST:PORT` gets `http://`).
+fn endpoints(given: &[String]) -> Result<Vec<String>, EtcdError> {
+    if given.is_empty() {
+        return Err(invalid(
+            "endpoints",
+            "give at least one etcd client URL, e.g. --endpoints http://127.0.0.1:2379",
+        ));
+    }
+    let mut endpoints = Vec::new();
+    for e in given {
+        let e = e.trim();
+        if e.starts_with("https://") {
+            return Err(invalid(
+                "endpoints",
+                format!("`{e}`: TLS is not supported yet; use an http:// client URL"),
+            ));
+        }
+        let url = if e.contains("://") {
+            e.to_string()
+        } else {
+            format!("http://{e}")
+        };
+        let ok = url
+            .parse::<http::Uri>()
+            .ok()
+            .filter(|u| u.scheme_str() == Some("http") && u.authority().is_some());
+        if ok.is_none() {
+            return Err(invalid(
+                "endpoints",
+                format!("`{e}` is not an http://HOST:PORT URL"),
+            ));
+        }
+        endpoints.push(url);
+    }
+    Ok(endpoints)
+}
+
+/// A scenario phase's `etcd:` flags as `loadgen etcd` would parse them.
+#[derive(Debug, clap::Parser)]
+#[command(name = "etcd")]
+struct EtcdPhaseCli {
+    #[command(flatten)]
+    args: EtcdArgs,
+}
+
+/// Whether a phase's flags name their own `--endpoints`.
+pub fn has_endpoints(args: &[String]) -> bool {
+    args.iter()
+        .any(|a| a == "--endpoints" || a.starts_with("--endpoints="))
+}
+
+/// An `etcd:` phase's flags → its config; `endpoints` unless the flags name their own.
+pub fn parse_phase(args: &[String], endpoints: Option<&str>) -> Result<EtcdConfig, String> {
+    let mut argv = vec!["etcd".to_string(), "--no-progress".to_string()];
+    argv.extend(args.iter().cloned());
+    if !has_endpoints(args) {
+        if let Some(e) = endpoints {
+            argv.extend(["--endpoints".to_string(), e.to_string()]);
+        }
+    }
+    let cli = <EtcdPhaseCli as clap::Parser>::try_parse_from(&argv)
+        .map_err(|e| e.render().to_string().trim().to_string())?;
+    cli.args.into_config().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine;
 use serde::Deserialize;
 
-/// The API versions of `ExecCredential` loadgen speaks.
+/// The API versions of `ExecCredential` this reader speaks.
 pub const API_VERSIONS: [&str; 2] = [
     "client.authentication.k8s.io/v1",
     "client.authentication.k8s.io/v1beta1",
@@ -140,7 +140,7 @@ impl ExecPlugin {
     }
 
     /// Checks what can be checked before running: the API version and the
-    /// interactive mode (loadgen never has a terminal for the plugin).
+    /// interactive mode (our programs never give the plugin a terminal).
     pub fn validate(&self) -> Result<(), ExecError> {
         if !API_VERSIONS.contains(&self.config.api_version.as_str()) {
             return Err(self.failed(format!(
@@ -151,7 +151,7 @@ impl ExecPlugin {
         }
         if self.config.interactive_mode.as_deref() == Some("Always") {
             return Err(self.failed(
-                "interactiveMode Always needs a terminal, which loadgen does not give plugins",
+                "interactiveMode Always needs a terminal, which is not given to plugins here",
             ));
         }
         Ok(())
