@@ -27,7 +27,8 @@
 //! - [`enforce`]: the pure parts of admission (lanes, quota pool, fair
 //!   queues, the heavy lane, rate limits, `Retry-After`, relist guard,
 //!   scaling, settings); [`predict`] and [`decay`]: the pure pattern cache.
-//! - [`config`], [`kubeconfig`], [`tls`]: settings and certificates.
+//! - [`config`], [`tls`]: settings and certificates (a kubeconfig is read by
+//!   the shared `kubeio` crate).
 //! - [`metrics`]: every metric; [`admin`]: the admin listener (`/metrics`,
 //!   `/healthz`, `/readyz`, `/debug/patterns`); [`status`]: errors as
 //!   Kubernetes `Status` responses.
@@ -46,7 +47,6 @@ pub mod forward;
 pub mod gateway;
 pub mod handle;
 pub mod identity;
-pub mod kubeconfig;
 pub mod metrics;
 pub mod observe;
 pub mod pattern;
@@ -75,7 +75,7 @@ pub enum Error {
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
-    Kubeconfig(#[from] kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] kubeio::kubeconfig::KubeconfigError),
     #[error("cannot bind {what} on {addr}")]
     Bind {
         what: &'static str,

@@ -121,7 +121,7 @@ fn package_name(dir: &Path) -> Option<String> {
 pub fn bench_command() -> std::process::Command {
     let mut c = std::process::Command::new(fresh_workspace_binary(
         "tollgate-bench",
-        &["bench", "apimodel"],
+        &["bench", "kubeio", "apimodel"],
     ));
     c.env(
         "LOADGEN_BIN",
@@ -129,7 +129,7 @@ pub fn bench_command() -> std::process::Command {
     )
     .env(
         "TOLLGATE_BIN",
-        fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
+        fresh_workspace_binary("tollgate", &["proxy", "kubeio", "apimodel"]),
     )
     .stdin(std::process::Stdio::null());
     c

@@ -123,7 +123,7 @@ impl TollgateProcess {
 
         let stderr_log = dir.path().join("tollgate.stderr.log");
         // The packages tollgate is built from.
-        let binary = fresh_workspace_binary("tollgate", &["proxy", "apimodel"]);
+        let binary = fresh_workspace_binary("tollgate", &["proxy", "kubeio", "apimodel"]);
         let mut cmd = Command::new(&binary);
         cmd.args(&args)
             .env("RUST_LOG", "info")
