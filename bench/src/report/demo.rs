@@ -376,10 +376,14 @@ fn chart(title: &str, y: &str, series: Vec<Series>, log_y: bool) -> Block {
     })
 }
 
+/// One demo run as the report reads it: its summary, loadgen's output, and the memory and
+/// quota samples.
+type DemoRun<'a> = (&'a RunSummary, LoadgenRun, Vec<(f64, f64)>, Vec<(f64, f64)>);
+
 /// The demo's report.
 pub fn document(dir: &Path) -> Result<Document, ReportError> {
     let s = read_summary(dir)?;
-    let mut runs = Vec::new();
+    let mut runs: Vec<DemoRun> = Vec::new();
     for r in &s.runs {
         let run_dir = dir.join(&r.dir);
         let lg = LoadgenRun::read(&run_dir.join("loadgen"))?;
@@ -392,22 +396,48 @@ pub fn document(dir: &Path) -> Result<Document, ReportError> {
         Block::Text(verdict(&s.headline)),
         Block::Text(ratios.sentence()),
         Block::Table(ratios.table()),
-        Block::Text(format!(
-            "Setup: a simulated control plane with the modeled cost (a 2-core apiserver and \
-             etcd), {} nodes and {} pods; {} nodes heartbeat with status PATCHes at {}/s; the \
-             storm is {} consistent LISTs of all pods per minute (they read etcd); each run \
-             lasts {} s on a freshly started control plane. Tollgate in enforce mode, quota \
-             {} bytes/s, burst {} bytes.{}",
-            s.setup.nodes,
-            s.setup.pods,
-            s.setup.heartbeat_nodes,
-            fmt(s.setup.patches_per_second),
-            fmt(s.setup.lists_per_minute),
-            fmt(s.setup.duration_seconds),
-            s.setup.quota_bytes_per_second,
-            s.setup.quota_burst_bytes,
-            if s.quick { " (quick version)" } else { "" }
-        )),
+        Block::Text(setup_text(&s)),
+    ];
+    blocks.extend(over_time(&runs));
+    blocks.push(Block::Heading("Each run".into()));
+    for (r, lg, ..) in &runs {
+        blocks.push(Block::Text(format!(
+            "**{}** ({}; sim crashes: {}):",
+            r.title, r.dir, r.sim_restarts
+        )));
+        blocks.push(Block::Table(operations_table(lg)));
+    }
+    Ok(Document {
+        title: "Tollgate demo: a LIST storm against node heartbeats".into(),
+        headline: headline_table(&s.headline),
+        blocks,
+    })
+}
+
+/// What was run, in a sentence the reader needs before the numbers.
+fn setup_text(s: &DemoSummary) -> String {
+    format!(
+        "Setup: a simulated control plane with the modeled cost (a 2-core apiserver and \
+         etcd), {} nodes and {} pods; {} nodes heartbeat with status PATCHes at {}/s; the \
+         storm is {} consistent LISTs of all pods per minute (they read etcd); each run \
+         lasts {} s on a freshly started control plane. Tollgate in enforce mode, quota \
+         {} bytes/s, burst {} bytes.{}",
+        s.setup.nodes,
+        s.setup.pods,
+        s.setup.heartbeat_nodes,
+        fmt(s.setup.patches_per_second),
+        fmt(s.setup.lists_per_minute),
+        fmt(s.setup.duration_seconds),
+        s.setup.quota_bytes_per_second,
+        s.setup.quota_burst_bytes,
+        if s.quick { " (quick version)" } else { "" }
+    )
+}
+
+/// The runs side by side, per second: latencies, 429s, errors and LISTs served, the quota pool
+/// and the modeled apiserver's memory.
+fn over_time(runs: &[DemoRun]) -> Vec<Block> {
+    vec![
         Block::Heading("Latency over time".into()),
         chart(
             "Heartbeat PATCH p99 per second",
@@ -481,20 +511,7 @@ pub fn document(dir: &Path) -> Result<Document, ReportError> {
                 .collect(),
             false,
         ),
-        Block::Heading("Each run".into()),
-    ];
-    for (r, lg, ..) in &runs {
-        blocks.push(Block::Text(format!(
-            "**{}** ({}; sim crashes: {}):",
-            r.title, r.dir, r.sim_restarts
-        )));
-        blocks.push(Block::Table(operations_table(lg)));
-    }
-    Ok(Document {
-        title: "Tollgate demo: a LIST storm against node heartbeats".into(),
-        headline: headline_table(&s.headline),
-        blocks,
-    })
+    ]
 }
 
 /// The report of a plain loadgen output directory.

@@ -3,13 +3,13 @@
 //! preconditions → 409), graceful pod deletion, finalizers
 //! and namespace termination.
 
-use super::api::Api;
-use super::clock;
-use super::object::{key, Obj};
 use super::patch::{self, PatchError, PatchType};
-use super::resources::{self, ResourceDef};
-use super::store::{StoreError, Write};
 use super::validate;
+use super::Api;
+use crate::sim::clock;
+use crate::sim::resources::{self, ResourceDef};
+use crate::sim::storage::object::{key, Obj};
+use crate::sim::storage::store::{StoreError, Write};
 use apimodel::{RequestInfo, Status};
 use rand::Rng;
 use serde_json::{json, Map, Value};
@@ -144,48 +144,9 @@ pub async fn create(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let name = match meta
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-    {
-        Some(n) => n.to_string(),
-        None => match meta
-            .get("generateName")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
-            Some(p) => generated_name(p),
-            None => {
-                return Err(Status::invalid(
-                    def.group,
-                    def.kind,
-                    "",
-                    "metadata.name: Required value: name or generateName is required",
-                ))
-            }
-        },
-    };
+    let name = new_object_name(def, meta)?;
     validate_name(def, &name)?;
-    let ns = if def.namespaced {
-        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
-        if !body_ns.is_empty() && !info.namespace.is_empty() && body_ns != info.namespace {
-            return Err(Status::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
-        }
-        let ns = if info.namespace.is_empty() {
-            body_ns
-        } else {
-            &info.namespace
-        };
-        if ns.is_empty() {
-            return Err(Status::bad_request(
-                "the namespace of the object is required",
-            ));
-        }
-        ns.to_string()
-    } else {
-        String::new()
-    };
+    let ns = new_object_namespace(def, info, meta)?;
     check_namespace(api, def, &ns)?;
     meta.insert("name".into(), name.clone().into());
     if def.namespaced {
@@ -224,6 +185,62 @@ pub async fn create(
         .write(def, &k, Some(0), Write::Put(v))
         .await
         .map_err(|e| store_status(e, def, &name))
+}
+
+/// The name of an object to create: its own, or one generated from `generateName`.
+fn new_object_name(def: &ResourceDef, meta: &Map<String, Value>) -> Result<String, Status> {
+    Ok(
+        match meta
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            Some(n) => n.to_string(),
+            None => match meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
+                Some(p) => generated_name(p),
+                None => {
+                    return Err(Status::invalid(
+                        def.group,
+                        def.kind,
+                        "",
+                        "metadata.name: Required value: name or generateName is required",
+                    ))
+                }
+            },
+        },
+    )
+}
+
+/// The namespace of an object to create: the request's, which the body may repeat but not
+/// contradict; empty for cluster-scoped resources.
+fn new_object_namespace(
+    def: &ResourceDef,
+    info: &RequestInfo,
+    meta: &Map<String, Value>,
+) -> Result<String, Status> {
+    Ok(if def.namespaced {
+        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if !body_ns.is_empty() && !info.namespace.is_empty() && body_ns != info.namespace {
+            return Err(Status::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+        }
+        let ns = if info.namespace.is_empty() {
+            body_ns
+        } else {
+            &info.namespace
+        };
+        if ns.is_empty() {
+            return Err(Status::bad_request(
+                "the namespace of the object is required",
+            ));
+        }
+        ns.to_string()
+    } else {
+        String::new()
+    })
 }
 
 fn apply_defaults(def: &ResourceDef, v: &mut Value) {
@@ -493,7 +510,7 @@ pub async fn delete(
         return Ok(cur);
     }
     if def.name == "namespaces" {
-        if super::seed::SYSTEM_NAMESPACES.contains(&name) {
+        if crate::sim::storage::seed_objects::SYSTEM_NAMESPACES.contains(&name) {
             return Err(Status::failure(
                 403,
                 "Forbidden",

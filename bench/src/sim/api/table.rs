@@ -1,8 +1,8 @@
 //! `as=Table` responses, which `kubectl get` asks for: the columns the real
 //! apiserver prints for each served resource, and one row per object.
 
-use super::object::Obj;
-use super::resources::ResourceDef;
+use crate::sim::resources::ResourceDef;
+use crate::sim::storage::object::Obj;
 use serde_json::{json, Value};
 
 struct Col {
@@ -221,7 +221,7 @@ pub fn row(def: &ResourceDef, o: &Obj, now: i64) -> Value {
                 s(&v, &["involvedObject", "name"])
             );
             vec![
-                super::clock::human_age(last, now).into(),
+                crate::sim::clock::human_age(last, now).into(),
                 s(&v, &["type"]).into(),
                 s(&v, &["reason"]).into(),
                 object.into(),
@@ -243,5 +243,5 @@ pub fn row(def: &ResourceDef, o: &Obj, now: i64) -> Value {
 }
 
 fn age(created: &str, now: i64) -> String {
-    super::clock::human_age(created, now)
+    crate::sim::clock::human_age(created, now)
 }
