@@ -10,6 +10,14 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// `"8Gi"` → `("8", "Gi")`: the leading number and the unit after it.
+fn number_and_unit(s: &str) -> (&str, &str) {
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    s.split_at(split)
+}
+
 /// A duration flag: `500ms`, `10s`, `5m`, `1h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DurationArg(pub Duration);
@@ -18,10 +26,7 @@ impl FromStr for DurationArg {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let split = s
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len());
-        let (num, unit) = s.split_at(split);
+        let (num, unit) = number_and_unit(s);
         let n: f64 = num
             .parse()
             .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 10s, 5m, 1h)"))?;
@@ -46,10 +51,7 @@ impl FromStr for ByteSize {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let split = s
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len());
-        let (num, unit) = s.split_at(split);
+        let (num, unit) = number_and_unit(s);
         let n: f64 = num
             .parse()
             .map_err(|_| format!("{s:?} is not a size (e.g. 8Gi, 512Mi, 4G)"))?;

@@ -13,8 +13,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::loadgen::{read_samples, LoadgenRun};
-use super::svg::{Chart, Series};
+use super::loadgen::{chart, operations_table, opt, read_samples, LoadgenRun};
+use super::svg::Series;
 use super::{fmt, Block, Document, ReportError, Table};
 
 pub const SCHEMA: &str = "tollgate.demo/v1";
@@ -252,10 +252,6 @@ pub fn read_summary(dir: &Path) -> Result<DemoSummary, ReportError> {
     Ok(s)
 }
 
-fn opt(v: Option<f64>) -> String {
-    v.map_or("–".into(), fmt)
-}
-
 /// The headline table.
 pub fn headline_table(h: &[Headline]) -> Table {
     Table {
@@ -330,50 +326,6 @@ pub fn verdict(h: &[Headline]) -> String {
         ));
     }
     s.trim().to_owned()
-}
-
-/// Per-operation figures of one loadgen run.
-pub fn operations_table(lg: &LoadgenRun) -> Table {
-    let mut t = Table {
-        header: [
-            "operation",
-            "requests",
-            "p50 ms",
-            "p90 ms",
-            "p99 ms",
-            "max ms",
-            "429s",
-            "errors (not 429)",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
-    for o in lg.summary["operations"].as_array().into_iter().flatten() {
-        let name = o["name"].as_str().unwrap_or("?");
-        let l = |p: &str| opt(o["latency_ms"][p].as_f64());
-        t.rows.push(vec![
-            name.to_owned(),
-            o["requests"].as_u64().unwrap_or(0).to_string(),
-            l("p50"),
-            l("p90"),
-            l("p99"),
-            l("max"),
-            lg.status_count(name, "429").to_string(),
-            lg.errors(name).to_string(),
-        ]);
-    }
-    t
-}
-
-fn chart(title: &str, y: &str, series: Vec<Series>, log_y: bool) -> Block {
-    Block::Chart(Chart {
-        title: title.into(),
-        x_label: "second of the run".into(),
-        y_label: y.into(),
-        series,
-        log_y,
-    })
 }
 
 /// One demo run as the report reads it: its summary, loadgen's output, and the memory and
@@ -512,37 +464,6 @@ fn over_time(runs: &[DemoRun]) -> Vec<Block> {
             false,
         ),
     ]
-}
-
-/// The report of a plain loadgen output directory.
-pub fn loadgen_document(lg: &LoadgenRun) -> Document {
-    let ops: Vec<&String> = lg.timeseries.keys().collect();
-    let per_op = |f: fn(&super::loadgen::SecondRow) -> f64| -> Vec<Series> {
-        ops.iter().map(|o| lg.latency_series(o, o, f)).collect()
-    };
-    let per_op_count = |f: fn(&super::loadgen::SecondRow) -> f64| -> Vec<Series> {
-        ops.iter().map(|o| lg.series(o, o, f)).collect()
-    };
-    Document {
-        title: format!("loadgen run: {}", lg.dir.display()),
-        headline: operations_table(lg),
-        blocks: vec![
-            chart("p99 per second", "ms", per_op(|x| x.p99_ms), true),
-            chart("p50 per second", "ms", per_op(|x| x.p50_ms), true),
-            chart(
-                "429 answers per second",
-                "429/s",
-                per_op_count(|x| x.rejected_429),
-                false,
-            ),
-            chart(
-                "Errors per second (other than 429)",
-                "errors/s",
-                per_op_count(|x| x.errors - x.rejected_429),
-                false,
-            ),
-        ],
-    }
 }
 
 #[cfg(test)]

@@ -6,10 +6,11 @@
 //!
 //! Layout, by what each part is:
 //! - [`api`]: the API surface. Its `mod.rs` is one request's way (authenticate, parse,
-//!   max-in-flight, route, count); [`api::list`], [`api::watch`], [`api::write`] and
-//!   [`api::patch`] serve the verbs; `nonresource` and [`api::discovery`] the paths that
-//!   name no resource; [`api::table`], [`api::respond`], [`api::protobuf`] and
-//!   [`api::validate`] the wire formats and the apiserver's rules for names.
+//!   max-in-flight, route, count); `reads` (the GET, LIST and WATCH handlers), [`api::list`],
+//!   [`api::watch`], [`api::write`], [`api::delete`] and [`api::patch`] serve the verbs;
+//!   `nonresource` and [`api::discovery`] the paths that name no resource; [`api::table`],
+//!   [`api::respond`], [`api::protobuf`] and [`api::validate`] the wire formats and the
+//!   apiserver's rules for names.
 //! - [`storage`]: where objects live. [`storage::store`] (revisions, snapshots, history) and
 //!   [`storage::object`]; [`storage::etcd`] (keys, txns, ranges, the cache's feed) behind the
 //!   memory-or-etcd choice in `storage`'s `mod.rs`; [`storage::seed_objects`] (what the sim
@@ -20,9 +21,8 @@
 //! - [`model`]: the cost model (`--cost-model modeled`): stations, memory, crash and restart.
 //! - Beside them, what every part reads or the server wraps around them: [`resources`] (what
 //!   is served; the API, the store and the model index by it), [`clock`] (timestamps as the
-//!   API writes them), [`server`] (accepting
-//!   connections), [`inflight`] (max-in-flight), [`metrics`] (`/metrics`), `config` (settings
-//!   and start-up errors).
+//!   API writes them), [`server`] (accepting connections), [`inflight`] (max-in-flight),
+//!   [`metrics`] (`/metrics`), `config` (settings and start-up errors).
 //!
 //! `api` and `storage` import each other: the handlers call storage, and storage reads with the
 //! plan `api::list` makes from a request (revision, selectors, page), which both stores execute.

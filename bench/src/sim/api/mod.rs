@@ -1,6 +1,7 @@
 //! One request's way through the simulated apiserver:
 //! authenticate → parse → max-in-flight → route → serve → count.
 
+pub mod delete;
 pub mod discovery;
 pub mod list;
 mod nonresource;
@@ -13,9 +14,10 @@ pub mod validate;
 pub mod watch;
 pub mod write;
 
+use self::delete::DeleteOptions;
 use self::patch::PatchType;
 use self::respond::Body;
-use self::write::{Change, DeleteOptions};
+use self::write::Change;
 use crate::sim::auth::authn::Authenticator;
 use crate::sim::inflight::Inflight;
 use crate::sim::metrics::{DurationLabels, RequestLabels, SimMetrics};
@@ -228,7 +230,8 @@ impl Api {
             },
             Verb::Delete => match DeleteOptions::parse(query.as_deref(), &body) {
                 Ok(o) => {
-                    match write::delete(self, def, &info.namespace, &info.name, &o, dry_run).await {
+                    match delete::delete(self, def, &info.namespace, &info.name, &o, dry_run).await
+                    {
                         Ok(gone) if !returns_deleted_object(def, &gone) => {
                             return respond::json(StatusCode::OK, deleted_status(def, &gone))
                         }
@@ -275,7 +278,8 @@ impl Api {
             if (info.namespace.is_empty() || o.namespace == info.namespace)
                 && filter.matches(def, o)
             {
-                if let Ok(d) = write::delete(self, def, &o.namespace, &o.name, &opts, dry_run).await
+                if let Ok(d) =
+                    delete::delete(self, def, &o.namespace, &o.name, &opts, dry_run).await
                 {
                     items.push(d);
                 }
