@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use bench::sim::auth::kubeconfig::{write_kubeconfig, KubeUser};
 use bench::sim::etcd_server::EtcdServer;
-use bench::sim::kubeconfig::{write_kubeconfig, KubeUser};
 use tempfile::TempDir;
 
 use crate::binary::fresh_workspace_binary;

@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use bench::sim::kubeconfig::{write_kubeconfig, KubeUser};
-use bench::sim::pki::{CertAuthority, CertKeyPem};
+use bench::sim::auth::kubeconfig::{write_kubeconfig, KubeUser};
+use bench::sim::auth::pki::{CertAuthority, CertKeyPem};
 use tempfile::TempDir;
 
 use crate::binary::fresh_workspace_binary;

@@ -1,11 +1,11 @@
 //! Requests for no resource: health, version, discovery, OpenAPI, `/metrics`
 //! and `selfsubjectreviews` (who `kubectl auth whoami` says you are).
 
-use super::api::{read_body, Api};
-use super::authn::UserInfo;
 use super::discovery;
-use super::resources;
 use super::respond::{self, Body};
+use super::{read_body, Api};
+use crate::sim::auth::authn::UserInfo;
+use crate::sim::resources;
 use apimodel::{RequestInfo, Status};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -68,7 +68,7 @@ impl Api {
             };
             self.metrics
                 .storage_objects
-                .get_or_create(&super::metrics::ResourceLabels { resource: name })
+                .get_or_create(&crate::sim::metrics::ResourceLabels { resource: name })
                 .set(self.store.count(i) as i64);
         }
         let mut out = String::new();

@@ -1,8 +1,8 @@
 //! `as=Table` responses, which `kubectl get` asks for: the columns the real
 //! apiserver prints for each served resource, and one row per object.
 
-use super::object::Obj;
-use super::resources::ResourceDef;
+use crate::sim::resources::ResourceDef;
+use crate::sim::storage::object::Obj;
 use serde_json::{json, Value};
 
 struct Col {
@@ -126,108 +126,15 @@ pub fn row(def: &ResourceDef, o: &Obj, now: i64) -> Value {
     let age = age(s(&v, &["metadata", "creationTimestamp"]), now);
     let name = Value::String(o.name.clone());
     let cells: Vec<Value> = match def.name {
-        "pods" => {
-            let statuses = v["status"]["containerStatuses"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let total = v["spec"]["containers"].as_array().map_or(0, Vec::len);
-            let ready = statuses
-                .iter()
-                .filter(|c| c["ready"].as_bool() == Some(true))
-                .count();
-            let restarts: i64 = statuses
-                .iter()
-                .filter_map(|c| c["restartCount"].as_i64())
-                .sum();
-            let phase = if o.deleting {
-                "Terminating"
-            } else {
-                s(&v, &["status", "phase"])
-            };
-            vec![
-                name,
-                format!("{ready}/{total}").into(),
-                phase.into(),
-                restarts.to_string().into(),
-                age.into(),
-                or_none(s(&v, &["status", "podIP"])).into(),
-                or_none(s(&v, &["spec", "nodeName"])).into(),
-                "<none>".into(),
-                "<none>".into(),
-            ]
-        }
-        "nodes" => {
-            let ready = v["status"]["conditions"]
-                .as_array()
-                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-                .map(|c| {
-                    if c["status"] == "True" {
-                        "Ready"
-                    } else {
-                        "NotReady"
-                    }
-                })
-                .unwrap_or("Unknown");
-            let status = if v["spec"]["unschedulable"].as_bool() == Some(true) {
-                format!("{ready},SchedulingDisabled")
-            } else {
-                ready.to_string()
-            };
-            let roles: Vec<&str> = o
-                .labels
-                .keys()
-                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
-                .collect();
-            let addr = |t: &str| {
-                v["status"]["addresses"]
-                    .as_array()
-                    .and_then(|a| a.iter().find(|x| x["type"] == t))
-                    .and_then(|x| x["address"].as_str())
-                    .unwrap_or("<none>")
-                    .to_string()
-            };
-            vec![
-                name,
-                status.into(),
-                or_none(&roles.join(",")).into(),
-                age.into(),
-                s(&v, &["status", "nodeInfo", "kubeletVersion"]).into(),
-                addr("InternalIP").into(),
-                addr("ExternalIP").into(),
-                s(&v, &["status", "nodeInfo", "osImage"]).into(),
-                s(&v, &["status", "nodeInfo", "kernelVersion"]).into(),
-                s(&v, &["status", "nodeInfo", "containerRuntimeVersion"]).into(),
-            ]
-        }
+        "pods" => pod_cells(o, &v, name, age),
+        "nodes" => node_cells(o, &v, name, age),
         "namespaces" => vec![name, s(&v, &["status", "phase"]).into(), age.into()],
         "configmaps" => {
             let n = v["data"].as_object().map_or(0, |m| m.len())
                 + v["binaryData"].as_object().map_or(0, |m| m.len());
             vec![name, n.into(), age.into()]
         }
-        "events" => {
-            let last = [
-                s(&v, &["lastTimestamp"]),
-                s(&v, &["eventTime"]),
-                s(&v, &["metadata", "creationTimestamp"]),
-            ]
-            .into_iter()
-            .find(|t| !t.is_empty())
-            .unwrap_or("");
-            let object = format!(
-                "{}/{}",
-                s(&v, &["involvedObject", "kind"]).to_lowercase(),
-                s(&v, &["involvedObject", "name"])
-            );
-            vec![
-                super::clock::human_age(last, now).into(),
-                s(&v, &["type"]).into(),
-                s(&v, &["reason"]).into(),
-                object.into(),
-                s(&v, &["message"]).into(),
-            ]
-        }
+        "events" => event_cells(&v, now),
         "leases" => vec![
             name,
             or_none(s(&v, &["spec", "holderIdentity"])).into(),
@@ -242,6 +149,109 @@ pub fn row(def: &ResourceDef, o: &Obj, now: i64) -> Value {
     json!({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}})
 }
 
+/// `kubectl get pods`: NAME READY STATUS RESTARTS AGE IP NODE NOMINATED-NODE READINESS-GATES.
+fn pod_cells(o: &Obj, v: &Value, name: Value, age: String) -> Vec<Value> {
+    let statuses = v["status"]["containerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let total = v["spec"]["containers"].as_array().map_or(0, Vec::len);
+    let ready = statuses
+        .iter()
+        .filter(|c| c["ready"].as_bool() == Some(true))
+        .count();
+    let restarts: i64 = statuses
+        .iter()
+        .filter_map(|c| c["restartCount"].as_i64())
+        .sum();
+    let phase = if o.deleting {
+        "Terminating"
+    } else {
+        s(v, &["status", "phase"])
+    };
+    vec![
+        name,
+        format!("{ready}/{total}").into(),
+        phase.into(),
+        restarts.to_string().into(),
+        age.into(),
+        or_none(s(v, &["status", "podIP"])).into(),
+        or_none(s(v, &["spec", "nodeName"])).into(),
+        "<none>".into(),
+        "<none>".into(),
+    ]
+}
+
+/// `kubectl get nodes`: NAME STATUS ROLES AGE VERSION INTERNAL-IP EXTERNAL-IP OS-IMAGE
+/// KERNEL-VERSION CONTAINER-RUNTIME.
+fn node_cells(o: &Obj, v: &Value, name: Value, age: String) -> Vec<Value> {
+    let ready = v["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| {
+            if c["status"] == "True" {
+                "Ready"
+            } else {
+                "NotReady"
+            }
+        })
+        .unwrap_or("Unknown");
+    let status = if v["spec"]["unschedulable"].as_bool() == Some(true) {
+        format!("{ready},SchedulingDisabled")
+    } else {
+        ready.to_string()
+    };
+    let roles: Vec<&str> = o
+        .labels
+        .keys()
+        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+        .collect();
+    let addr = |t: &str| {
+        v["status"]["addresses"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["type"] == t))
+            .and_then(|x| x["address"].as_str())
+            .unwrap_or("<none>")
+            .to_string()
+    };
+    vec![
+        name,
+        status.into(),
+        or_none(&roles.join(",")).into(),
+        age.into(),
+        s(v, &["status", "nodeInfo", "kubeletVersion"]).into(),
+        addr("InternalIP").into(),
+        addr("ExternalIP").into(),
+        s(v, &["status", "nodeInfo", "osImage"]).into(),
+        s(v, &["status", "nodeInfo", "kernelVersion"]).into(),
+        s(v, &["status", "nodeInfo", "containerRuntimeVersion"]).into(),
+    ]
+}
+
+/// `kubectl get events`: LAST SEEN TYPE REASON OBJECT MESSAGE.
+fn event_cells(v: &Value, now: i64) -> Vec<Value> {
+    let last = [
+        s(v, &["lastTimestamp"]),
+        s(v, &["eventTime"]),
+        s(v, &["metadata", "creationTimestamp"]),
+    ]
+    .into_iter()
+    .find(|t| !t.is_empty())
+    .unwrap_or("");
+    let object = format!(
+        "{}/{}",
+        s(v, &["involvedObject", "kind"]).to_lowercase(),
+        s(v, &["involvedObject", "name"])
+    );
+    vec![
+        crate::sim::clock::human_age(last, now).into(),
+        s(v, &["type"]).into(),
+        s(v, &["reason"]).into(),
+        object.into(),
+        s(v, &["message"]).into(),
+    ]
+}
+
 fn age(created: &str, now: i64) -> String {
-    super::clock::human_age(created, now)
+    crate::sim::clock::human_age(created, now)
 }

@@ -3,12 +3,12 @@
 //! paging, and the response streamed chunk by chunk from a snapshot, never
 //! built whole in memory.
 
-use super::model::ListShape;
-use super::object::Obj;
-use super::resources::ResourceDef;
 use super::respond::Encoding;
-use super::store::{ObjMap, Store, StoreError};
 use super::table;
+use crate::sim::model::ListShape;
+use crate::sim::resources::ResourceDef;
+use crate::sim::storage::object::Obj;
+use crate::sim::storage::store::{ObjMap, Store, StoreError};
 use apimodel::{FieldSelector, LabelSelector, ListOptions, Status};
 use base64::Engine;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -429,7 +429,7 @@ pub fn body(
         now,
         stats,
         on_done: Some(on_done),
-        type_prefix: super::object::type_meta_prefix(def),
+        type_prefix: crate::sim::storage::object::type_meta_prefix(def),
     }
 }
 

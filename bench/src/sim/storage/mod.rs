@@ -3,20 +3,27 @@
 //!
 //! - `memory`: the in-memory [`Store`] is everything (the default).
 //! - `etcd`: etcd is the source of truth and the [`Store`] is the watch cache
-//!   (see [`super::etcd`]). Writes go to etcd and answer once the cache has
+//!   (see [`etcd`]). Writes go to etcd and answer once the cache has
 //!   caught up with their revision (read-your-writes), or 504 after
 //!   `--watch-cache-wait-timeout`. Consistent reads (GET or LIST without
 //!   resourceVersion), exact revisions and continue tokens read etcd;
 //!   `resourceVersion=0` and NotOlderThan read the cache, as kube-apiserver does.
 
-use super::etcd::EtcdStore;
-use super::list::{self, ListPlan};
-use super::object::Obj;
-use super::resources::{self, ResourceDef};
-use super::store::{ObjMap, Store, StoreError, Write};
+pub mod etcd;
+pub mod etcd_server;
+pub mod object;
+pub mod reaper;
+pub mod seed_objects;
+pub mod store;
+
+use crate::sim::api::list::{self, ListPlan};
+use crate::sim::resources::{self, ResourceDef};
 use apimodel::Status;
+use etcd::EtcdStore;
+use object::Obj;
 use std::sync::Arc;
 use std::time::Duration;
+use store::{ObjMap, Store, StoreError, Write};
 
 enum Backend {
     Memory,

@@ -13,10 +13,10 @@
 //! - Compaction follows the cache's history window (`--history-window`), so
 //!   "too old" means the same with either store.
 
-use super::list::{Filter, ListPlan, ReadAt};
 use super::object::Obj;
-use super::resources::{self, ResourceDef, RESOURCES};
 use super::store::{ObjMap, Store, StoreError, Write};
+use crate::sim::api::list::{Filter, ListPlan, ReadAt};
+use crate::sim::resources::{self, ResourceDef, RESOURCES};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, KeyValue,
     KvClient, Txn, TxnOp, TxnOpResponse, WatchOptions,
@@ -436,7 +436,7 @@ pub struct EtcdSeedSink {
     pub runtime: tokio::runtime::Handle,
 }
 
-impl super::seed::SeedSink for EtcdSeedSink {
+impl super::seed_objects::SeedSink for EtcdSeedSink {
     fn put(&mut self, def: &'static ResourceDef, values: Vec<Value>) -> Result<(), String> {
         self.runtime
             .block_on(self.etcd.seed(def, values))

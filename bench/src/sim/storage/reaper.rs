@@ -2,9 +2,9 @@
 //! pod's graceful deletion ends when its (simulated) kubelet has stopped it,
 //! and a terminating namespace is emptied and then removed.
 
-use super::resources::{self, RESOURCES};
-use super::storage::Storage;
 use super::store::Write;
+use super::Storage;
+use crate::sim::resources::{self, RESOURCES};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,15 +1,13 @@
-//! The writes: create, update (PUT), patch, delete and deletecollection, with
-//! the apiserver's metadata rules (uid, creationTimestamp, resourceVersion
-//! preconditions → 409), graceful pod deletion, finalizers
-//! and namespace termination.
+//! The writes: create, update (PUT) and patch, with the apiserver's metadata rules (uid,
+//! creationTimestamp, resourceVersion preconditions → 409); deletes are in [`super::delete`].
 
-use super::api::Api;
-use super::clock;
-use super::object::{key, Obj};
 use super::patch::{self, PatchError, PatchType};
-use super::resources::{self, ResourceDef};
-use super::store::{StoreError, Write};
 use super::validate;
+use super::Api;
+use crate::sim::clock;
+use crate::sim::resources::{self, ResourceDef};
+use crate::sim::storage::object::{key, Obj};
+use crate::sim::storage::store::{StoreError, Write};
 use apimodel::{RequestInfo, Status};
 use rand::Rng;
 use serde_json::{json, Map, Value};
@@ -18,7 +16,7 @@ use std::sync::Arc;
 /// Tries of an update that lost a race with another writer before giving up with 409.
 const UPDATE_RETRIES: usize = 8;
 
-fn store_status(e: StoreError, def: &ResourceDef, name: &str) -> Status {
+pub(super) fn store_status(e: StoreError, def: &ResourceDef, name: &str) -> Status {
     match e {
         StoreError::NotFound => Status::not_found(def.group, def.name, name),
         StoreError::AlreadyExists => Status::already_exists(def.group, def.name, name),
@@ -29,7 +27,7 @@ fn store_status(e: StoreError, def: &ResourceDef, name: &str) -> Status {
     }
 }
 
-fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Status> {
+pub(super) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Status> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(Status::bad_request(
@@ -144,48 +142,9 @@ pub async fn create(
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let name = match meta
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-    {
-        Some(n) => n.to_string(),
-        None => match meta
-            .get("generateName")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
-            Some(p) => generated_name(p),
-            None => {
-                return Err(Status::invalid(
-                    def.group,
-                    def.kind,
-                    "",
-                    "metadata.name: Required value: name or generateName is required",
-                ))
-            }
-        },
-    };
+    let name = new_object_name(def, meta)?;
     validate_name(def, &name)?;
-    let ns = if def.namespaced {
-        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
-        if !body_ns.is_empty() && !info.namespace.is_empty() && body_ns != info.namespace {
-            return Err(Status::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
-        }
-        let ns = if info.namespace.is_empty() {
-            body_ns
-        } else {
-            &info.namespace
-        };
-        if ns.is_empty() {
-            return Err(Status::bad_request(
-                "the namespace of the object is required",
-            ));
-        }
-        ns.to_string()
-    } else {
-        String::new()
-    };
+    let ns = new_object_namespace(def, info, meta)?;
     check_namespace(api, def, &ns)?;
     meta.insert("name".into(), name.clone().into());
     if def.namespaced {
@@ -224,6 +183,62 @@ pub async fn create(
         .write(def, &k, Some(0), Write::Put(v))
         .await
         .map_err(|e| store_status(e, def, &name))
+}
+
+/// The name of an object to create: its own, or one generated from `generateName`.
+fn new_object_name(def: &ResourceDef, meta: &Map<String, Value>) -> Result<String, Status> {
+    Ok(
+        match meta
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            Some(n) => n.to_string(),
+            None => match meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+            {
+                Some(p) => generated_name(p),
+                None => {
+                    return Err(Status::invalid(
+                        def.group,
+                        def.kind,
+                        "",
+                        "metadata.name: Required value: name or generateName is required",
+                    ))
+                }
+            },
+        },
+    )
+}
+
+/// The namespace of an object to create: the request's, which the body may repeat but not
+/// contradict; empty for cluster-scoped resources.
+fn new_object_namespace(
+    def: &ResourceDef,
+    info: &RequestInfo,
+    meta: &Map<String, Value>,
+) -> Result<String, Status> {
+    Ok(if def.namespaced {
+        let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if !body_ns.is_empty() && !info.namespace.is_empty() && body_ns != info.namespace {
+            return Err(Status::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+        }
+        let ns = if info.namespace.is_empty() {
+            body_ns
+        } else {
+            &info.namespace
+        };
+        if ns.is_empty() {
+            return Err(Status::bad_request(
+                "the namespace of the object is required",
+            ));
+        }
+        ns.to_string()
+    } else {
+        String::new()
+    })
 }
 
 fn apply_defaults(def: &ResourceDef, v: &mut Value) {
@@ -416,148 +431,6 @@ fn grace_pending(v: &Value) -> bool {
         .as_str()
         .and_then(clock::parse_rfc3339)
         .is_some_and(|t| t > clock::now_unix())
-}
-
-/// What a DELETE may carry, from the query and the body.
-#[derive(Debug, Default, Clone)]
-pub struct DeleteOptions {
-    pub grace_period: Option<i64>,
-    pub uid: Option<String>,
-    pub resource_version: Option<u64>,
-}
-
-impl DeleteOptions {
-    pub fn parse(query: Option<&str>, body: &[u8]) -> Result<DeleteOptions, Status> {
-        let mut o = DeleteOptions::default();
-        if !body.iter().all(u8::is_ascii_whitespace) {
-            let v = parse_object(body)?;
-            o.grace_period = v.get("gracePeriodSeconds").and_then(Value::as_i64);
-            let pre = v.get("preconditions");
-            o.uid = pre
-                .and_then(|p| p.get("uid"))
-                .and_then(Value::as_str)
-                .map(String::from);
-            o.resource_version = pre
-                .and_then(|p| p.get("resourceVersion"))
-                .and_then(Value::as_str)
-                .and_then(|s| s.parse().ok());
-        }
-        for (k, v) in apimodel::request::query_pairs(query.unwrap_or("")) {
-            if k == "gracePeriodSeconds" {
-                o.grace_period = Some(v.parse().map_err(|_| {
-                    Status::bad_request(format!("invalid gracePeriodSeconds {v:?}"))
-                })?);
-            }
-        }
-        Ok(o)
-    }
-}
-
-/// DELETE of one object: graceful for pods on a node, deferred by finalizers, else at once.
-pub async fn delete(
-    api: &Api,
-    def: &'static ResourceDef,
-    ns: &str,
-    name: &str,
-    opts: &DeleteOptions,
-    dry_run: bool,
-) -> Result<Arc<Obj>, Status> {
-    let idx = resources::index_of(def);
-    let k = key(ns, name);
-    let Some(cur) = api.store.get(idx, &k) else {
-        return Err(Status::not_found(def.group, def.name, name));
-    };
-    // kube-apiserver's registry words a failed delete precondition so, naming the kind.
-    let conflict = |what: String| {
-        Status::failure(
-            409,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} {name:?}: {what}",
-                def.kind
-            ),
-        )
-        .with_details(def.group, def.kind, name)
-    };
-    if let Some(uid) = &opts.uid {
-        if *uid != cur.uid {
-            return Err(conflict(format!("the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated", cur.uid)));
-        }
-    }
-    if let Some(rv) = opts.resource_version {
-        if rv != cur.rv {
-            return Err(conflict(format!("the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified", cur.rv)));
-        }
-    }
-    if dry_run {
-        return Ok(cur);
-    }
-    if def.name == "namespaces" {
-        if super::seed::SYSTEM_NAMESPACES.contains(&name) {
-            return Err(Status::failure(
-                403,
-                "Forbidden",
-                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
-            ));
-        }
-        return start_namespace_termination(api, def, cur).await;
-    }
-    let v = cur.value();
-    let on_node = def.name == "pods" && !v["spec"]["nodeName"].as_str().unwrap_or("").is_empty();
-    let grace = opts.grace_period.unwrap_or_else(|| {
-        v["spec"]["terminationGracePeriodSeconds"]
-            .as_i64()
-            .unwrap_or(30)
-    });
-    let finalizers = cur.has_finalizers;
-    if (on_node && grace > 0) || finalizers {
-        let mut marked = v;
-        let now = clock::now_unix();
-        let grace = if on_node { grace } else { 0 };
-        let new_deadline = now + grace;
-        let old_deadline = marked["metadata"]["deletionTimestamp"]
-            .as_str()
-            .and_then(clock::parse_rfc3339);
-        if old_deadline.is_some_and(|d| d <= new_deadline) {
-            return Ok(cur);
-        }
-        marked["metadata"]["deletionTimestamp"] = clock::rfc3339(new_deadline).into();
-        marked["metadata"]["deletionGracePeriodSeconds"] = grace.into();
-        let o = api
-            .storage
-            .write(def, &k, Some(cur.rv), Write::Put(marked))
-            .await
-            .map_err(|e| store_status(e, def, name))?;
-        if on_node {
-            let delay = api
-                .config
-                .kubelet_delete_delay
-                .min(std::time::Duration::from_secs(grace as u64));
-            api.reaper.schedule(delay, idx, k, cur.uid.clone());
-        }
-        return Ok(o);
-    }
-    api.storage
-        .write(def, &k, None, Write::Delete)
-        .await
-        .map_err(|e| store_status(e, def, name))
-}
-
-async fn start_namespace_termination(
-    api: &Api,
-    def: &'static ResourceDef,
-    cur: Arc<Obj>,
-) -> Result<Arc<Obj>, Status> {
-    let mut v = cur.value();
-    v["metadata"]["deletionTimestamp"] = clock::rfc3339(clock::now_unix()).into();
-    v["status"]["phase"] = "Terminating".into();
-    let o = api
-        .storage
-        .write(def, &cur.key(), Some(cur.rv), Write::Put(v))
-        .await
-        .map_err(|e| store_status(e, def, &cur.name))?;
-    api.reaper.finish_namespace(cur.name.clone());
-    Ok(o)
 }
 
 /// What kube-apiserver adds to a created Node: the not-ready taint (TaintNodesByCondition

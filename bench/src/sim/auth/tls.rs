@@ -245,7 +245,7 @@ pub fn peer_certificates<IO>(
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
-    use crate::sim::pki::CertAuthority;
+    use crate::sim::auth::pki::CertAuthority;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
@@ -330,16 +330,17 @@ mod tests {
         let client = client_config(serving_ca.cert_pem(), Some(&mallory)).unwrap();
         let (certs, _) = handshake(server, client).await.unwrap();
         let certs = certs.expect("the server sees the certificate");
-        let authn = crate::sim::authn::Authenticator::new(crate::sim::authn::AuthnConfig {
-            client_ca_pem: Some(
-                CertAuthority::generate("real-ca")
-                    .unwrap()
-                    .cert_pem()
-                    .to_string(),
-            ),
-            ..Default::default()
-        })
-        .unwrap();
+        let authn =
+            crate::sim::auth::authn::Authenticator::new(crate::sim::auth::authn::AuthnConfig {
+                client_ca_pem: Some(
+                    CertAuthority::generate("real-ca")
+                        .unwrap()
+                        .cert_pem()
+                        .to_string(),
+                ),
+                ..Default::default()
+            })
+            .unwrap();
         assert!(authn
             .authenticate(&http::HeaderMap::new(), Some(&certs))
             .is_err());

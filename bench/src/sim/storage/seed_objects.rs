@@ -3,10 +3,10 @@
 //! cluster's — labels, owner references, containers with images, env and
 //! resources, status with conditions — padded to a chosen size.
 
-use super::clock;
 use super::object::Obj;
-use super::resources::{self, ResourceDef};
 use super::store::Store;
+use crate::sim::clock;
+use crate::sim::resources::{self, ResourceDef};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};

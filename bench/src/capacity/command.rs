@@ -4,7 +4,7 @@
 //! (`report.html`, `report.md`). With `clusterSize`, it does so for each size under
 //! `sizes/<size>/` and writes the sizing recommendation (`sizing.json` and the report) on top.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use serde::Serialize;
@@ -14,16 +14,6 @@ use super::experiment::{self, Binaries};
 use super::results::ResultsFile;
 use super::search::{Cell, Metric, Step};
 use crate::report::capacity::Sizing;
-
-#[derive(Debug, clap::Args)]
-pub struct CapacityArgs {
-    /// The execution file (YAML or JSON): system under test, load, dimensions, SLOs, search.
-    pub execution: PathBuf,
-    /// Directory for the results file, each experiment's files and the summaries. Rerunning
-    /// with the same directory replays its results and continues where the last run stopped.
-    #[arg(long, default_value = "capacity-out")]
-    pub output: PathBuf,
-}
 
 /// The finished metric, as written to `capacity.json`.
 #[derive(Debug, Serialize)]
@@ -51,22 +41,24 @@ pub struct MetricPoint {
     pub value: Option<f64>,
 }
 
-/// Runs the command until it finishes or `stop` resolves (Ctrl-C, SIGTERM); stopping drops
-/// the experiment in progress, which kills its children, and keeps every finished repetition.
+/// Runs the command on the execution file `execution`, writing into `output`, until it
+/// finishes or `stop` resolves (Ctrl-C, SIGTERM); stopping drops the experiment in progress,
+/// which kills its children, and keeps every finished repetition.
 pub async fn main(
-    args: CapacityArgs,
+    execution: &Path,
+    output: &Path,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let exec = Execution::load(&args.execution)?;
+    let exec = Execution::load(execution)?;
     let bins = Binaries::beside_current_exe()?;
     let work = async {
         match &exec.cluster_size {
             None => {
-                let outcome = run(&exec, &bins, &args.output).await?;
+                let outcome = run(&exec, &bins, output).await?;
                 println!("{}", summary_markdown(&exec, &outcome));
                 Ok::<_, anyhow::Error>(())
             }
-            Some(cs) => run_sizes(&exec, cs, &bins, &args.output).await.map(|_| ()),
+            Some(cs) => run_sizes(&exec, cs, &bins, output).await.map(|_| ()),
         }
     };
     tokio::select! {
@@ -74,11 +66,11 @@ pub async fn main(
         () = stop => anyhow::bail!(
             "stopped; finished experiments are kept in {} (results.jsonl): rerun the same \
              command to continue",
-            args.output.display()
+            output.display()
         ),
     };
-    let page = crate::report::write_report(&args.output)?;
-    println!("results: {}", args.output.display());
+    let page = crate::report::write_report(output)?;
+    println!("results: {}", output.display());
     println!("report: {}", page.display());
     Ok(())
 }

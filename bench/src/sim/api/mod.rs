@@ -1,22 +1,31 @@
 //! One request's way through the simulated apiserver:
 //! authenticate → parse → max-in-flight → route → serve → count.
 
-use super::authn::Authenticator;
-use super::inflight::{Inflight, InflightGuard};
-use super::list::{self, ListStats};
-use super::metrics::{
-    DurationLabels, LongRunningLabels, RequestLabels, SimMetrics, StorageListLabels,
-};
-use super::model::ControlPlane;
-use super::reaper::Reaper;
-use super::resources::{self, ResourceDef};
-use super::respond::{self, Body, Encoding};
-use super::storage::Storage;
-use super::store::Store;
-use super::table;
-use super::watch::{self, WatchCtx};
-use super::write::{self, Change, DeleteOptions};
-use super::{clock, patch::PatchType};
+pub mod delete;
+pub mod discovery;
+pub mod list;
+mod nonresource;
+pub mod patch;
+pub mod protobuf;
+mod reads;
+pub mod respond;
+pub mod table;
+pub mod validate;
+pub mod watch;
+pub mod write;
+
+use self::delete::DeleteOptions;
+use self::patch::PatchType;
+use self::respond::Body;
+use self::write::Change;
+use crate::sim::auth::authn::Authenticator;
+use crate::sim::inflight::Inflight;
+use crate::sim::metrics::{DurationLabels, RequestLabels, SimMetrics};
+use crate::sim::model::ControlPlane;
+use crate::sim::resources::{self, ResourceDef};
+use crate::sim::storage::reaper::Reaper;
+use crate::sim::storage::store::Store;
+use crate::sim::storage::Storage;
 use apimodel::{RequestInfo, Status, Verb};
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -156,250 +165,8 @@ impl Api {
         resp
     }
 
-    /// Which store serves a LIST (issue 5): consistent LISTs from the cache with
-    /// `--consistent-reads-from-cache` once it is ready; while the cache is cold
-    /// after a modeled restart, cache reads go to storage, or get 503 with
-    /// `--reject-until-cache-ready`. Exact revisions and continue tokens always
-    /// read storage.
-    fn choose_store(&self, mut plan: list::ListPlan) -> Result<list::ListPlan, Status> {
-        let m = &self.model;
-        let ready = m.cache_ready();
-        if !plan.from_cache
-            && m.config.consistent_reads_from_cache
-            && ready
-            && plan.read_at == list::ReadAt::Latest
-            && plan.start.is_none()
-        {
-            plan.from_cache = true;
-        }
-        if plan.from_cache && !ready {
-            if m.config.reject_until_cache_ready {
-                return Err(Status::service_unavailable(
-                    "the watch cache is not ready yet, please retry",
-                ));
-            }
-            plan.from_cache = false;
-        }
-        Ok(plan)
-    }
-
     fn count(&self, info: &RequestInfo, def: &ResourceDef, code: u16, started: Instant) {
         count(&self.metrics, info, def, code, started);
-    }
-
-    async fn get(
-        &self,
-        def: &'static ResourceDef,
-        info: &RequestInfo,
-        encoding: Encoding,
-    ) -> Response<Body> {
-        let key = super::object::key(&info.namespace, &info.name);
-        // Without resourceVersion a GET is a quorum read; with one, the cache serves it.
-        let consistent = info.options.resource_version.is_none();
-        if self.model.enabled() {
-            let bytes = self
-                .store
-                .get(resources::index_of(def), &key)
-                .map_or(0, |o| o.json.len() as u64);
-            let from_etcd = consistent || !self.model.cache_ready();
-            let d = self.model.constants().get(bytes, from_etcd);
-            self.model.serve(&d).await;
-        }
-        let found = match self.storage.get(def, &key, consistent).await {
-            Ok(o) => o,
-            Err(e) => return respond::status(&Status::internal(e.to_string())),
-        };
-        match found {
-            None => respond::status(&Status::not_found(def.group, def.name, &info.name)),
-            Some(o) => match encoding {
-                Encoding::Json => respond::json(StatusCode::OK, o.json.clone()),
-                Encoding::Table(v) => respond::json_value(
-                    StatusCode::OK,
-                    &table::single(def, &o, o.rv, v, clock::now_unix()),
-                ),
-            },
-        }
-    }
-
-    async fn list(
-        self: &Arc<Self>,
-        def: &'static ResourceDef,
-        info: &RequestInfo,
-        encoding: Encoding,
-        guard: Option<InflightGuard>,
-        started: Instant,
-    ) -> Response<Body> {
-        let result = match list::plan(def, &info.namespace, &info.options) {
-            Ok(plan) => match self.choose_store(plan) {
-                Ok(plan) => self
-                    .storage
-                    .list(def, &plan)
-                    .await
-                    .map(|(rv, map, from_etcd)| (plan, rv, map, from_etcd)),
-                Err(s) => Err(s),
-            },
-            Err(s) => Err(s),
-        };
-        let (plan, rv, map, from_etcd) = match result {
-            Ok(x) => x,
-            Err(s) => {
-                self.count(info, def, s.code, started);
-                return respond::status(&s);
-            }
-        };
-        // The modeled cost: what the apiserver reads, evaluates and sends,
-        // waited for before the first byte (1.20 builds the whole list first).
-        let shape = self.model.enabled().then(|| {
-            list::shape(
-                def,
-                &map,
-                &plan.filter,
-                plan.start.as_deref(),
-                plan.limit,
-                from_etcd,
-            )
-        });
-        let mut hold = None;
-        if let Some(s) = &shape {
-            let d = self.model.constants().list(s);
-            match self.model.hold(d.memory) {
-                Some(h) => hold = Some(h),
-                // OOM-killed: a dead process never answers; the connection
-                // this request came on is being dropped.
-                None => std::future::pending::<()>().await,
-            }
-            self.model.serve(&d).await;
-        }
-        let api = self.clone();
-        let info2 = info.clone();
-        let storage = if from_etcd { "etcd" } else { "watchcache" };
-        let on_done = Box::new(move |mut stats: ListStats| {
-            let _guard = guard;
-            let _hold = hold;
-            if let Some(s) = shape {
-                // What the modeled apiserver read, not what the simulator walked.
-                stats.fetched = s.fetched;
-                stats.evaluated = s.evaluated;
-            }
-            let l = StorageListLabels {
-                resource: def.name.to_string(),
-                storage: storage.to_string(),
-            };
-            api.metrics
-                .list_fetched
-                .get_or_create(&l)
-                .inc_by(stats.fetched);
-            api.metrics
-                .list_evaluated
-                .get_or_create(&l)
-                .inc_by(stats.evaluated);
-            api.metrics
-                .list_returned
-                .get_or_create(&l)
-                .inc_by(stats.returned);
-            if from_etcd {
-                let r = super::metrics::ResourceLabels {
-                    resource: def.name.to_string(),
-                };
-                api.metrics.storage_lists.get_or_create(&r).inc();
-            }
-            api.count(&info2, def, 200, started);
-        });
-        let body = list::body(def, rv, map, plan, encoding, clock::now_unix(), on_done);
-        let mut r = Response::new(respond::iter_body(body));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        r
-    }
-
-    async fn watch(
-        self: &Arc<Self>,
-        def: &'static ResourceDef,
-        info: &RequestInfo,
-        encoding: Encoding,
-        started: Instant,
-    ) -> Response<Body> {
-        let plan = match watch::plan(def, &info.namespace, &info.options) {
-            Ok(p) => p,
-            Err(s) => {
-                self.count(info, def, s.code, started);
-                return respond::status(&s);
-            }
-        };
-        if self.model.enabled() {
-            // The cacher holds watches until the cache is filled, then sends
-            // the initial state from it.
-            self.model.wait_cache_ready().await;
-            // kube-apiserver's cacher after a restart: its window starts at
-            // the revision it listed at, and an older watch gets an ERROR
-            // event with 410 ("too old resource version"), so informers relist.
-            let floor = self.model.watch_floor();
-            if let watch::Start::After(n) = plan.start {
-                if n < floor {
-                    self.count(info, def, 200, started);
-                    let s = Status::expired(format!("too old resource version: {n} ({floor})"));
-                    let event = format!("{{\"type\":\"ERROR\",\"object\":{}}}\n", s.to_json());
-                    return respond::json(StatusCode::OK, event);
-                }
-            }
-            if let watch::Start::FullState { .. } = plan.start {
-                let (_, map) = self.store.snapshot(resources::index_of(def));
-                let s = list::shape(def, &map, &plan.filter, None, None, false);
-                self.model
-                    .serve(&self.model.constants().watch_start(&s))
-                    .await;
-            }
-        }
-        let labels = LongRunningLabels {
-            verb: "WATCH".into(),
-            resource: def.name.into(),
-            scope: scope(info).into(),
-            component: "apiserver".into(),
-        };
-        let gauge = self.metrics.longrunning.get_or_create(&labels).clone();
-        gauge.inc();
-        struct Done {
-            api: Arc<Api>,
-            info: RequestInfo,
-            def: &'static ResourceDef,
-            started: Instant,
-            gauge: prometheus_client::metrics::gauge::Gauge,
-        }
-        impl Drop for Done {
-            fn drop(&mut self) {
-                self.gauge.dec();
-                self.api.count(&self.info, self.def, 200, self.started);
-            }
-        }
-        let done = Done {
-            api: self.clone(),
-            info: info.clone(),
-            def,
-            started,
-            gauge,
-        };
-        let ctx = WatchCtx {
-            store: self.store.clone(),
-            resource: resources::index_of(def),
-            def,
-            encoding,
-            bookmark_every: self.config.bookmark_every,
-            // Ends with the server, or with this incarnation at a modeled crash.
-            shutdown: self.model.connections(),
-            guard: Box::new(done),
-        };
-        let mut r = Response::new(watch::start(ctx, plan));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        r.headers_mut().insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        r
     }
 
     async fn write(
@@ -421,9 +188,9 @@ impl Api {
         let body = if content_type.starts_with("application/vnd.kubernetes.protobuf")
             && matches!(info.verb, Verb::Create | Verb::Update)
         {
-            match super::protobuf::to_json(&body) {
+            match protobuf::to_json(&body) {
                 Ok(v) => Bytes::from(v.to_string()),
-                Err(e @ super::protobuf::ProtobufError::Malformed(_)) => {
+                Err(e @ protobuf::ProtobufError::Malformed(_)) => {
                     return respond::status(&Status::bad_request(e.to_string()))
                 }
                 Err(e) => {
@@ -442,7 +209,7 @@ impl Api {
                 .store
                 .get(
                     resources::index_of(def),
-                    &super::object::key(&info.namespace, &info.name),
+                    &crate::sim::storage::object::key(&info.namespace, &info.name),
                 )
                 .map_or(0, |o| o.json.len());
             let d = self.model.constants().write(current.max(body.len()) as u64);
@@ -463,7 +230,8 @@ impl Api {
             },
             Verb::Delete => match DeleteOptions::parse(query.as_deref(), &body) {
                 Ok(o) => {
-                    match write::delete(self, def, &info.namespace, &info.name, &o, dry_run).await {
+                    match delete::delete(self, def, &info.namespace, &info.name, &o, dry_run).await
+                    {
                         Ok(gone) if !returns_deleted_object(def, &gone) => {
                             return respond::json(StatusCode::OK, deleted_status(def, &gone))
                         }
@@ -510,14 +278,15 @@ impl Api {
             if (info.namespace.is_empty() || o.namespace == info.namespace)
                 && filter.matches(def, o)
             {
-                if let Ok(d) = write::delete(self, def, &o.namespace, &o.name, &opts, dry_run).await
+                if let Ok(d) =
+                    delete::delete(self, def, &o.namespace, &o.name, &opts, dry_run).await
                 {
                     items.push(d);
                 }
             }
         }
         let mut out = format!("{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}},\"items\":[", def.list_kind(), def.api_version()).into_bytes();
-        let type_prefix = super::object::type_meta_prefix(def);
+        let type_prefix = crate::sim::storage::object::type_meta_prefix(def);
         for (i, o) in items.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
@@ -534,7 +303,7 @@ impl Api {
 /// What a DELETE answers: kube-apiserver's registry returns the object for pods
 /// (`ReturnDeletedObject`), for namespaces and for anything whose deletion is still pending
 /// (finalizers, grace period); otherwise a `Status` naming what was deleted.
-fn returns_deleted_object(def: &ResourceDef, o: &super::object::Obj) -> bool {
+fn returns_deleted_object(def: &ResourceDef, o: &crate::sim::storage::object::Obj) -> bool {
     def.name == "pods"
         || def.name == "namespaces"
         || o.value()["metadata"].get("deletionTimestamp").is_some()
@@ -542,7 +311,7 @@ fn returns_deleted_object(def: &ResourceDef, o: &super::object::Obj) -> bool {
 
 /// The registry's `Success` for a finished delete: `details.kind` is the resource, as
 /// kube-apiserver fills it.
-fn deleted_status(def: &ResourceDef, o: &super::object::Obj) -> String {
+fn deleted_status(def: &ResourceDef, o: &crate::sim::storage::object::Obj) -> String {
     let mut s = Status::success();
     s.code = 0;
     s.details = Some(apimodel::status::StatusDetails {

@@ -1,7 +1,7 @@
 //! A stored object: its JSON as it will be sent, plus the few fields that
 //! selectors and indexes read, so a LIST never parses what it streams.
 
-use super::resources::ResourceDef;
+use crate::sim::resources::ResourceDef;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::BTreeMap;

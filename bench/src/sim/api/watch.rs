@@ -4,11 +4,11 @@
 //! gets an ERROR event with a 410, as from the real apiserver, never a gap.
 
 use super::list::Filter;
-use super::object::Obj;
-use super::resources::ResourceDef;
 use super::respond::{channel_body, Body, Encoding};
-use super::store::{EventType, Store, StoreError};
 use super::table;
+use crate::sim::resources::ResourceDef;
+use crate::sim::storage::object::Obj;
+use crate::sim::storage::store::{EventType, Store, StoreError};
 use apimodel::{ListOptions, Status};
 use bytes::{BufMut, Bytes, BytesMut};
 use rand::Rng;
@@ -262,7 +262,7 @@ impl Watcher {
         match self.encoding {
             Encoding::Json => buf.extend_from_slice(&o.json),
             Encoding::Table(v) => {
-                let t = table::single(self.def, o, o.rv, v, super::clock::now_unix());
+                let t = table::single(self.def, o, o.rv, v, crate::sim::clock::now_unix());
                 buf.extend_from_slice(t.to_string().as_bytes());
             }
         }

@@ -1,7 +1,7 @@
 //! Discovery and other non-resource paths: `/api`, `/apis`, the groups'
 //! resource lists, `/version`, and minimal OpenAPI documents for kubectl.
 
-use super::resources::{self, ResourceDef, RESOURCES};
+use crate::sim::resources::{self, ResourceDef, RESOURCES};
 use serde_json::{json, Value};
 
 /// The Kubernetes version the simulator reports.
