@@ -81,24 +81,15 @@ struct Samples(BTreeMap<(String, BTreeMap<String, String>), f64>);
 impl Samples {
     fn scrape(admin: &Kubectl) -> anyhow::Result<Samples> {
         let text = admin.ok(&["get", "--raw", "/metrics"])?;
-        let mut out = BTreeMap::new();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((series, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let (name, labels) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            let labels = labels
-                .split("\",")
-                .filter_map(|kv| {
-                    let (k, v) = kv.split_once("=\"")?;
-                    Some((k.to_string(), v.trim_end_matches('"').to_string()))
-                })
-                .collect();
-            out.insert((name.to_string(), labels), value.parse().unwrap_or(0.0));
-        }
+        let out = kubeio::promtext::samples(&text)
+            .map(|sample| {
+                let labels = sample
+                    .labels()
+                    .map(|(k, v)| (k.to_string(), v.into_owned()))
+                    .collect();
+                ((sample.name.to_string(), labels), sample.value)
+            })
+            .collect();
         Ok(Samples(out))
     }
 
