@@ -42,6 +42,7 @@
 pub mod accept;
 pub mod admin;
 pub mod admit;
+pub mod budget;
 pub mod classify;
 pub mod config;
 pub mod decay;
