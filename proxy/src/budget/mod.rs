@@ -7,9 +7,12 @@
 //!   learned while no heavy request is in flight.
 //! - [`adaptive`]: the controller that moves the rate and the in-flight
 //!   budget toward the largest values that keep the signal within target.
+//! - [`heavy`]: the three above together as admission holds them, with
+//!   what they learn between two controller steps; static or adaptive.
 //! - [`settings`]: `quota.mode`, `quota.inflightBytes`, `quota.adaptive`.
 
 pub mod adaptive;
+pub mod heavy;
 pub mod inflight;
 pub mod settings;
 pub mod signal;

@@ -1,0 +1,330 @@
+//! The heavy lane's budget as admission holds it: the in-flight budget,
+//! the signal and the controller together, with what they learn between
+//! two controller steps. Pure: time is passed in; admission keeps it
+//! behind its lock, the control loop calls [`HeavyBudget::step`].
+//!
+//! In `static` mode the rate and in-flight budget are the configured ones
+//! and the controller does not move; the signal and the target are still
+//! measured and shown, so an operator can see what `adaptive` would do.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::adaptive::{Action, Controller, ControllerView, Observation, TURNOVER};
+use super::inflight::InflightBudget;
+use super::settings::{Adaptive, QuotaMode};
+use super::signal::{Signal, SignalView};
+
+/// The static values the budget is bounded by (after cluster-size
+/// scaling): `quota.bytesPerSecond`, `quota.burstBytes`, `quota.inflightBytes`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ceilings {
+    pub rate: f64,
+    pub burst: f64,
+    pub inflight: f64,
+}
+
+/// What the pool and the in-flight budget are set to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub rate: f64,
+    pub burst: f64,
+    pub inflight: f64,
+}
+
+/// The budget.
+#[derive(Debug, Clone)]
+pub struct HeavyBudget {
+    mode: QuotaMode,
+    adaptive: Adaptive,
+    ceilings: Ceilings,
+    inflight: InflightBudget,
+    signal: Signal,
+    controller: Controller,
+    /// Since the last step.
+    admitted: f64,
+    waited: bool,
+    upstream_errors: u64,
+    last: Option<(Option<Duration>, Duration, Action)>,
+}
+
+/// `/debug/budget`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetView {
+    pub mode: &'static str,
+    pub bytes_per_second: f64,
+    pub burst_bytes: f64,
+    pub inflight_bytes: f64,
+    pub inflight_used_bytes: f64,
+    pub inflight_requests: usize,
+    pub target_seconds: f64,
+    pub signal: SignalView,
+    pub controller: ControllerView,
+}
+
+impl HeavyBudget {
+    pub fn new(mode: QuotaMode, adaptive: Adaptive, ceilings: Ceilings, now: Instant) -> Self {
+        let bounds = adaptive.bounds(ceilings.rate, ceilings.inflight);
+        let controller = Controller::new(bounds, now);
+        let mut b = HeavyBudget {
+            mode,
+            adaptive,
+            ceilings,
+            inflight: InflightBudget::new(0.0),
+            signal: Signal::new(),
+            controller,
+            admitted: 0.0,
+            waited: false,
+            upstream_errors: 0,
+            last: None,
+        };
+        b.inflight.set_budget(b.limits().inflight);
+        b
+    }
+
+    /// New settings or ceilings (a reload, cluster-size scaling): the
+    /// controller keeps its level, clamped to the new bounds.
+    pub fn set_settings(&mut self, mode: QuotaMode, adaptive: &Adaptive, ceilings: Ceilings) {
+        if (mode, adaptive, ceilings) == (self.mode, &self.adaptive, self.ceilings) {
+            return;
+        }
+        self.mode = mode;
+        self.adaptive = adaptive.clone();
+        self.ceilings = ceilings;
+        self.controller
+            .set_bounds(adaptive.bounds(ceilings.rate, ceilings.inflight));
+        let inflight = self.limits().inflight;
+        self.inflight.set_budget(inflight);
+    }
+
+    pub fn mode(&self) -> QuotaMode {
+        self.mode
+    }
+
+    /// The pool's rate and burst and the in-flight budget, before the
+    /// relist guard's factor. Adaptive: the burst is what the rate admits
+    /// in one turnover, under the static burst.
+    pub fn limits(&self) -> Limits {
+        match self.mode {
+            QuotaMode::Static => Limits {
+                rate: self.ceilings.rate,
+                burst: self.ceilings.burst,
+                inflight: self.ceilings.inflight,
+            },
+            QuotaMode::Adaptive => {
+                let rate = self.controller.rate();
+                Limits {
+                    rate,
+                    burst: (rate * TURNOVER.as_secs_f64()).min(self.ceilings.burst),
+                    inflight: self.controller.inflight(),
+                }
+            }
+        }
+    }
+
+    /// Scale the in-flight budget by the relist guard's factor.
+    pub fn apply_guard(&mut self, factor: f64) {
+        let inflight = self.limits().inflight * factor;
+        self.inflight.set_budget(inflight);
+    }
+
+    pub fn inflight(&self) -> &InflightBudget {
+        &self.inflight
+    }
+
+    /// Would `bytes` fit in the in-flight budget now?
+    pub fn fits(&self, bytes: f64) -> bool {
+        self.inflight.fits(bytes)
+    }
+
+    /// Take `bytes` of the in-flight budget for an admitted request (dry
+    /// run: `force`).
+    pub fn acquire(&mut self, bytes: f64, force: bool, now: Instant) -> bool {
+        let ok = if force {
+            self.inflight.force_acquire(bytes);
+            true
+        } else {
+            self.inflight.try_acquire(bytes)
+        };
+        if ok {
+            self.admitted += bytes;
+            self.signal.set_heavy_busy(true, now);
+        }
+        ok
+    }
+
+    /// A heavy request waited (for the in-flight budget or the pool).
+    pub fn note_waited(&mut self) {
+        self.waited = true;
+    }
+
+    /// An admitted request that took `bytes` ended; `completed` if its
+    /// response was sent whole (evidence for the controller).
+    pub fn release(&mut self, bytes: f64, admitted_at: Instant, completed: bool, now: Instant) {
+        self.inflight.release(bytes);
+        if completed {
+            self.controller.note_completion(admitted_at);
+        }
+        if self.inflight.count() == 0 {
+            self.signal.set_heavy_busy(false, now);
+        }
+    }
+
+    /// A protected request (heartbeat, lease, system, exempt) took `latency`.
+    pub fn record_protected(&mut self, latency: Duration, started: Instant, now: Instant) {
+        self.signal.record(latency, started, now);
+    }
+
+    /// The apiserver answered 429 or 5xx.
+    pub fn note_upstream_error(&mut self) {
+        self.upstream_errors += 1;
+    }
+
+    /// The target at `now`.
+    pub fn target(&mut self, now: Instant) -> Duration {
+        let baseline = self.signal.baseline(now);
+        self.adaptive.target(baseline)
+    }
+
+    /// One controller step: returns what it did (static mode: nothing) and
+    /// the new limits to apply.
+    pub fn step(&mut self, now: Instant) -> (Option<Action>, Limits) {
+        let target = self.target(now);
+        let p99 = self.signal.p99(now).map(|p| p.0);
+        let window = self.inflight.take_window();
+        let o = Observation {
+            p99,
+            target,
+            inflight_used: self.inflight.used(),
+            inflight_peak: window.peak,
+            inflight_count: self.inflight.count(),
+            admitted: std::mem::take(&mut self.admitted),
+            waited: std::mem::take(&mut self.waited) || window.blocked,
+            upstream_errors: std::mem::take(&mut self.upstream_errors),
+        };
+        let action = match self.mode {
+            QuotaMode::Adaptive => {
+                let a = self.controller.step(&o, now);
+                if a == Action::Decrease || a == Action::Increase {
+                    tracing::info!(
+                        action = ?a,
+                        p99_ms = p99.map(|p| p.as_secs_f64() * 1e3),
+                        target_ms = target.as_secs_f64() * 1e3,
+                        bytes_per_second = self.controller.rate() as u64,
+                        inflight_bytes = self.controller.inflight() as u64,
+                        "adaptive budget"
+                    );
+                }
+                Some(a)
+            }
+            QuotaMode::Static => None,
+        };
+        self.last = Some((p99, target, action.unwrap_or(Action::HoldBound)));
+        let limits = self.limits();
+        (action, limits)
+    }
+
+    /// The last step's p99 and target.
+    pub fn last_signal(&self) -> Option<(Option<Duration>, Duration)> {
+        self.last.map(|(p, t, _)| (p, t))
+    }
+
+    pub fn view(&mut self, now: Instant) -> BudgetView {
+        let limits = self.limits();
+        let target = self.target(now);
+        BudgetView {
+            mode: self.mode.as_str(),
+            bytes_per_second: limits.rate,
+            burst_bytes: limits.burst,
+            inflight_bytes: self.inflight.budget(),
+            inflight_used_bytes: self.inflight.used(),
+            inflight_requests: self.inflight.count(),
+            target_seconds: target.as_secs_f64(),
+            signal: self.signal.view(now),
+            controller: self.controller.view(now),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: f64 = 1_000_000.0;
+
+    fn ceilings() -> Ceilings {
+        Ceilings {
+            rate: 100.0 * MB,
+            burst: 400.0 * MB,
+            inflight: 1000.0 * MB,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn static_mode_uses_the_configured_values() {
+        let t0 = Instant::now();
+        let mut b = HeavyBudget::new(QuotaMode::Static, Adaptive::default(), ceilings(), t0);
+        assert_eq!(
+            b.limits(),
+            Limits {
+                rate: 100.0 * MB,
+                burst: 400.0 * MB,
+                inflight: 1000.0 * MB
+            }
+        );
+        assert_eq!(b.step(t0 + ms(500)).0, None);
+        assert_eq!(b.inflight().budget(), 1000.0 * MB);
+    }
+
+    #[test]
+    fn adaptive_starts_at_the_minimum_and_grows_while_lists_wait() {
+        let t0 = Instant::now();
+        let adaptive = Adaptive {
+            min_bytes_per_second: 1.0 * MB,
+            min_inflight_bytes: 8.0 * MB,
+            ..Adaptive::default()
+        };
+        let mut b = HeavyBudget::new(QuotaMode::Adaptive, adaptive, ceilings(), t0);
+        assert_eq!(
+            b.limits(),
+            Limits {
+                rate: 1.0 * MB,
+                burst: 4.0 * MB,
+                inflight: 8.0 * MB
+            }
+        );
+        // A 33 MB LIST runs alone; a second waits.
+        assert!(b.acquire(33.0 * MB, false, t0));
+        assert!(!b.acquire(33.0 * MB, false, t0));
+        let mut now = t0;
+        // Heartbeats at 20/s, 10 ms, while the LIST runs for a second.
+        for _ in 0..20 {
+            now += ms(50);
+            b.record_protected(ms(10), now - ms(10), now);
+        }
+        b.release(33.0 * MB, t0, true, now);
+        for _ in 0..20 {
+            now += ms(50);
+            b.record_protected(ms(10), now - ms(10), now);
+        }
+        b.note_waited();
+        let (action, limits) = b.step(now);
+        assert_eq!(
+            action,
+            Some(Action::Increase),
+            "slow start after 2 s of evidence"
+        );
+        assert_eq!((limits.rate, limits.inflight), (2.0 * MB, 8.0 * MB));
+        assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
+        let v = b.view(now);
+        assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));
+        assert_eq!(v.target_seconds, 0.05);
+    }
+}
