@@ -28,16 +28,18 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::handle::Gateway;
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::handle::handle;
 use crate::identity::{bearer_token, PeerCertificate};
 use crate::status::status_response;
 use crate::tls::ClientCertAuthority;
 use crate::Body;
 
 /// hyper's bound on what an HTTP/1.1 connection queues toward a client that reads slower than
-/// the apiserver sends. hyper's default (~400 KB) let 50 slow clients of 200 MB responses hold
-/// 93 MB of RSS; at 128 KiB, 71 MB. (Bounding the upstream read buffer too brought it to 37 MB
-/// but cost CPU per GB streamed, so that one keeps hyper's default.)
+/// the apiserver sends: hyper's default (~400 KB) let slow clients of large responses hold too
+/// much memory. The upstream read buffer keeps hyper's default: bounding it too cost CPU per GB
+/// streamed (figures: bench/RESULTS.md, "tollgate memory").
 pub const MAX_H1_WRITE_BUFFER: usize = 128 * 1024;
 
 /// How long a connection told to go away may take before it is closed.
@@ -173,14 +175,14 @@ async fn serve_connection<I>(
         let guard = act.begin();
         async move {
             // Boxed: hyper sizes each stream's task for this future for the stream's whole
-            // life, and a watch lives long; inline, the handler's state is ~3.7 KB per open
-            // watch (10,000 idle watches: 128 MB RSS inline, 103 MB boxed).
+            // life, and a watch lives long; inline, the handler's state would stay allocated
+            // per open watch.
             let resp = match &peer {
-                PeerIdentity::Verified(cert) => Box::pin(g.handle(req, Some(cert.clone()))).await,
-                PeerIdentity::None => Box::pin(g.handle(req, None)).await,
+                PeerIdentity::Verified(cert) => Box::pin(handle(&g, req, Some(cert.clone()))).await,
+                PeerIdentity::None => Box::pin(handle(&g, req, None)).await,
                 // The token is forwarded as is; the apiserver answers for it.
                 PeerIdentity::Unverified if bearer_token(req.headers()).is_some() => {
-                    Box::pin(g.handle(req, None)).await
+                    Box::pin(handle(&g, req, None)).await
                 }
                 PeerIdentity::Unverified => status_response(&apimodel::Status::unauthorized()),
             };
@@ -192,18 +194,7 @@ async fn serve_connection<I>(
             }))
         }
     });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs_f64(config.timeouts.header_read_seconds))
-        .keep_alive(true)
-        .max_buf_size(MAX_H1_WRITE_BUFFER);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Duration::from_secs_f64(config.timeouts.keep_alive_seconds))
-        .max_concurrent_streams(1000);
+    let builder = connection_builder(&config);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let idle = Duration::from_secs_f64(config.timeouts.idle_seconds);
@@ -216,8 +207,7 @@ async fn serve_connection<I>(
         tokio::pin!(tick, stopped);
         side.woken.store(true, Ordering::Release);
         // The connection is polled at every wake-up; the stop signal and the idle check only
-        // when their own waker fired. (`select!` polled all three each time: ~900
-        // instructions a request in issue 3's profile.)
+        // when their own waker fired (`select!` polled all three each time).
         let event = std::future::poll_fn(|cx| {
             if let Poll::Ready(r) = conn.as_mut().poll(cx) {
                 return Poll::Ready(ConnEvent::Ended(r));
@@ -261,6 +251,23 @@ async fn serve_connection<I>(
         r = conn.as_mut() => log_end(r),
         _ = tokio::time::sleep(CLOSE_GRACE) => tracing::debug!("connection closed at the end of its grace"),
     }
+}
+
+/// HTTP/1.1 and HTTP/2 as the configuration's timeouts say.
+fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs_f64(config.timeouts.header_read_seconds))
+        .keep_alive(true)
+        .max_buf_size(MAX_H1_WRITE_BUFFER);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs_f64(config.timeouts.keep_alive_seconds))
+        .max_concurrent_streams(1000);
+    builder
 }
 
 /// What ended one turn of a connection's serving loop.

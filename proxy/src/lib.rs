@@ -2,41 +2,35 @@
 //! classifies every request, learns what each heavy LIST pattern costs in
 //! bytes, and admits, queues or rejects them against a byte-cost quota.
 //!
-//! Layout, in the order a request meets the modules:
-//! - [`config`]: the YAML file and the command-line flags that override it.
-//! - [`kubeconfig`]: the upstream address, CA and tollgate's own identity
-//!   from a kubeconfig (`--upstream-kubeconfig`).
-//! - [`tls`]: PEM loading and the rustls configurations of both sides.
-//! - [`accept`]: the client listener: TCP, TLS, HTTP/1.1 and HTTP/2, upgrades,
-//!   graceful drain.
-//! - [`identity`]: who the client is (certificate, token hash, anonymous) and
-//!   the identity headers the apiserver gets (front-proxy `X-Remote-*`).
-//! - [`tokenreview`]: who a bearer token belongs to, asked of the apiserver
-//!   in the background and cached (optional).
-//! - [`classify`]: the request parsed into verb, resource, scope and list
-//!   options (via `apimodel`), and its consistency class.
-//! - [`pattern`]: the normalized pattern key a request is learned under.
-//! - [`predict`]: the pure pattern cache: decayed byte, latency and rate
-//!   statistics per pattern, per-resource priors, `predict` and `observe`.
-//! - [`decay`]: exponentially decayed statistics used by the predictor.
-//! - [`admit`]: the admit step: lane, decision, metrics, 429s; the relist
-//!   guard's rewrite of consistent LISTs to the cache.
-//! - [`enforce`]: the pure parts of enforcement: lanes, the quota pool, fair
-//!   queues (DRR), per-client rate limits, `Retry-After`, the relist guard,
-//!   cluster-size scaling, and admission with its dispatcher.
-//! - [`gateway`]: the shared state: configuration, reload, serve, drain.
-//! - [`handle`]: one request's way: identify → classify → pattern → predict →
-//!   admit → forward → observe, in one function.
-//! - [`forward`]: the upstream pool (least outstanding requests, health
-//!   checks, ejection, HTTP/2 lanes), hop-by-hop headers, upgrades.
-//! - [`lanes`]: the clients that carry forwarded requests, at most the
-//!   apiserver's streams per HTTP/2 connection.
-//! - [`observe`]: the counting body wrapper that reports once at the end.
-//! - [`scrape`]: the apiserver's object counts and etcd LIST counts, scraped
-//!   into the priors and the learned store of consistent LISTs.
-//! - [`admin`]: metrics and the admin listener (`/metrics`, `/healthz`,
-//!   `/readyz`, `/debug/patterns`).
-//! - [`status`]: errors turned into Kubernetes `Status` responses.
+//! One request's way, each step a function in the module named after it,
+//! called in order by [`handle::handle`] over one per-request context
+//! ([`context::RequestCtx`]):
+//!
+//! | step | function | what it does |
+//! |---|---|---|
+//! | accept | [`accept::accept_loop`] | TCP, TLS (client certificates), HTTP/1.1 and HTTP/2, upgrades, the drain's close |
+//! | identify | [`identity::Client::of`], [`tokenreview::review`] | certificate, token hash or anonymous; a token's cached TokenReview |
+//! | classify | [`classify::classify`], [`admit::rewrite_to_cache`] | verb, resource, scope, list options, consistency; the relist guard's rewrite |
+//! | pattern | [`pattern::PatternKey::new`] | the normalized key the request is learned under |
+//! | predict | [`predict::PatternCache::predict`] | the cost from the pattern cache or the resource priors |
+//! | admit | [`admit::lane`], [`admit::admit`] | the lane, then admit, queue or reject (429) |
+//! | forward | [`forward::forward`] | headers rewritten, sent to the least busy upstream (retried once), tunnels |
+//! | observe | [`observe::Observer::observe`] | the body counted to its end: quota reconciled, pattern learned, metrics |
+//!
+//! Around them:
+//! - [`server`]: `serve` and the drain; starts the background loops with
+//!   narrow handles: health checks ([`forward::UpstreamPool::health_loop`]),
+//!   the metrics [`scrape`], the heavy lane's dispatcher
+//!   ([`admit::Admission::dispatch_loop`]), the [`containers`] count.
+//! - [`gateway`]: the shared state (configuration, upstream pool, pattern
+//!   store, admission, metrics) and reload.
+//! - [`enforce`]: the pure parts of admission (lanes, quota pool, fair
+//!   queues, the heavy lane, rate limits, `Retry-After`, relist guard,
+//!   scaling, settings); [`predict`] and [`decay`]: the pure pattern cache.
+//! - [`config`], [`kubeconfig`], [`tls`]: settings and certificates.
+//! - [`metrics`]: every metric; [`admin`]: the admin listener (`/metrics`,
+//!   `/healthz`, `/readyz`, `/debug/patterns`); [`status`]: errors as
+//!   Kubernetes `Status` responses.
 #![forbid(unsafe_code)]
 
 pub mod accept;
@@ -45,6 +39,8 @@ pub mod admit;
 pub mod budget;
 pub mod classify;
 pub mod config;
+pub mod containers;
+pub mod context;
 pub mod decay;
 pub mod enforce;
 pub mod forward;
@@ -52,11 +48,12 @@ pub mod gateway;
 pub mod handle;
 pub mod identity;
 pub mod kubeconfig;
-pub mod lanes;
+pub mod metrics;
 pub mod observe;
 pub mod pattern;
 pub mod predict;
 pub mod scrape;
+pub mod server;
 pub mod status;
 pub mod tls;
 pub mod tokenreview;
@@ -69,7 +66,7 @@ pub use config::{Config, ConfigError, Flags};
 
 /// The body type of every request and response tollgate makes: streamed.
 pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
-pub use handle::Gateway;
+pub use gateway::Gateway;
 
 /// Why tollgate could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +115,6 @@ pub async fn run(
         None => None,
     };
     let gateway = Gateway::new(config)?;
-    gateway.serve(listener, admin, shutdown).await;
+    server::serve(gateway, listener, admin, shutdown).await;
     Ok(())
 }

@@ -28,12 +28,10 @@ enum Command {
 }
 
 // jemalloc instead of glibc's malloc. Every request allocates a little (its classification,
-// pattern key, client name); open loop, with each request waking alone on cold caches, glibc's
-// malloc/free were ~5,000 of ~60,000 instructions a request, and jemalloc cut the request to
-// ~3,000 fewer (callgrind) and the proxy's task-clock per request by ~4% (6 of 7 same-run
-// rounds lower, 2026-11-22), with RSS in issue 3's memory benchmark still inside its targets
-// (50 slow 200 MB downloads: 77.6 MiB; 10,000 idle watches: 115.1 MiB). mimalloc saved as many
-// instructions but held 109.5 MiB in the slow-download case (target < 100 MB).
+// pattern key, client name), and open loop, with each request waking alone on cold caches,
+// glibc's malloc/free cost more instructions and CPU per request; jemalloc keeps RSS inside
+// the memory targets, mimalloc did not (figures: bench/RESULTS.md, "tollgate: the figures
+// behind choices in proxy/").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -186,6 +184,6 @@ async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    gateway.serve(listener, admin, shutdown).await;
+    tollgate::server::serve(gateway, listener, admin, shutdown).await;
     Ok(())
 }

@@ -11,12 +11,30 @@
 //! (see [`crate::predict::PatternCache::learn_store`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
 
+use crate::admit::Admission;
+use crate::config;
 use crate::enforce::Lane;
-use crate::handle::Gateway;
+use crate::forward::UpstreamPool;
+use crate::metrics::ResourceLabel;
+use crate::predict::PatternStore;
+
+/// What the scrape reads from and feeds: narrow handles, not the gateway.
+pub struct Scraper {
+    pub config: Arc<config::Current>,
+    pub pool: Arc<UpstreamPool>,
+    pub patterns: Arc<PatternStore>,
+    /// The pool scales by the node count.
+    pub admission: Arc<Admission>,
+    /// `tollgate_resource_objects`.
+    pub objects: Family<ResourceLabel, Gauge>,
+}
 
 /// Most bytes read from one `/metrics` response.
 const MAX_METRICS_BYTES: usize = 64 << 20;
@@ -125,44 +143,69 @@ fn pattern_resource(label: &str) -> String {
     }
 }
 
-/// Scrape until `stop`.
-pub async fn scrape_loop(gateway: Gateway, stop: CancellationToken) {
-    let settings = gateway.config().upstream.metrics_scrape.clone();
-    if !settings.enabled {
-        return;
-    }
-    let interval = Duration::from_secs_f64(settings.interval_seconds);
-    let mut evidence = StoreEvidence::default();
-    loop {
-        let pool = gateway.pool();
-        // tollgate's own requests go in the `self` lane; a full lane skips a round.
-        let limit = Lane::SelfLane.limit(&gateway.config().lanes);
-        let slot = gateway.lane_slots().try_take(Lane::SelfLane, limit);
-        let healthy = pool.upstreams().iter().find(|u| u.is_healthy());
-        if let (Some(u), Some(_slot)) = (healthy, slot) {
-            match pool
-                .own_get(u, &settings.path, MAX_METRICS_BYTES, interval)
-                .await
-            {
-                Ok(body) => {
-                    let text = String::from_utf8_lossy(&body);
-                    let counts = parse_object_counts(&text);
-                    tracing::debug!(upstream = %u.url, resources = counts.len(), "scraped object counts");
-                    gateway.set_object_counts(&counts);
-                    let deltas =
-                        evidence.update(&parse_storage_lists(&text), &gateway.consistent_lists());
-                    gateway.learn_stores(&deltas);
-                    if let Some(t) = parse_start_time(&text) {
-                        gateway.observe_upstream_start(t);
+impl Scraper {
+    /// Scrape until `stop`.
+    pub async fn run(self, stop: CancellationToken) {
+        let settings = self.config.get().upstream.metrics_scrape.clone();
+        if !settings.enabled {
+            return;
+        }
+        let interval = Duration::from_secs_f64(settings.interval_seconds);
+        let mut evidence = StoreEvidence::default();
+        loop {
+            let pool = &self.pool;
+            // tollgate's own requests go in the `self` lane; a full lane skips a round.
+            let limit = Lane::SelfLane.limit(&self.config.get().lanes);
+            let slot = self.admission.slots().try_take(Lane::SelfLane, limit);
+            let healthy = pool.upstreams().iter().find(|u| u.is_healthy());
+            if let (Some(u), Some(_slot)) = (healthy, slot) {
+                match pool
+                    .own_get(u, &settings.path, MAX_METRICS_BYTES, interval)
+                    .await
+                {
+                    Ok(body) => {
+                        let text = String::from_utf8_lossy(&body);
+                        let resources = self.learn(&text, &mut evidence);
+                        tracing::debug!(upstream = %u.url, resources, "scraped object counts");
+                    }
+                    Err(e) => {
+                        tracing::debug!(upstream = %u.url, error = %e, "metrics scrape failed")
                     }
                 }
-                Err(e) => tracing::debug!(upstream = %u.url, error = %e, "metrics scrape failed"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
             }
         }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+    }
+
+    /// Object counts into the priors, the node count into the pool's
+    /// scaling, the stores of consistent LISTs, the upstream's start time
+    /// into the relist guard. Returns how many resources were counted.
+    fn learn(&self, text: &str, evidence: &mut StoreEvidence) -> usize {
+        let counts = parse_object_counts(text);
+        self.patterns.set_object_counts(&counts);
+        if let Some((_, nodes)) = counts.iter().find(|(r, _)| r == "nodes") {
+            self.admission.set_cluster_size("nodes", *nodes);
         }
+        for (resource, n) in &counts {
+            self.objects
+                .get_or_create(&ResourceLabel {
+                    resource: resource.clone(),
+                })
+                .set(*n as i64);
+        }
+        let deltas = evidence.update(
+            &parse_storage_lists(text),
+            &self.patterns.consistent_lists(),
+        );
+        self.patterns.learn_stores(&deltas);
+        if let Some(t) = parse_start_time(text) {
+            self.admission
+                .observe_upstream(self.pool.recoveries(), Some(t));
+        }
+        counts.len()
     }
 }
 

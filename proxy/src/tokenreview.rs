@@ -7,13 +7,13 @@
 //! Keyed by token hash; the token itself is only sent to the apiserver.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::handle::Gateway;
+use crate::forward::UpstreamPool;
 use crate::identity::{bearer_token, Client, Identity};
 
 /// Most tokens remembered; past it, expired entries go, then all.
@@ -122,15 +122,15 @@ pub fn parse_response(body: &[u8]) -> Option<ReviewedUser> {
 }
 
 /// Name a token client by its cached TokenReview, or start one in the
-/// background (never waited for).
-pub(crate) fn review(
-    gateway: &Gateway,
+/// background on `pool` (never waited for).
+pub fn review(
+    reviews: Option<&Arc<TokenReviews>>,
+    pool: &Arc<UpstreamPool>,
     client: &mut Client,
     headers: &http::HeaderMap,
     now: Instant,
 ) {
-    let (Some(reviews), Identity::Token { hash, .. }) = (gateway.reviews(), &client.identity)
-    else {
+    let (Some(reviews), Identity::Token { hash, .. }) = (reviews, &client.identity) else {
         return;
     };
     let hash = hash.clone();
@@ -141,9 +141,8 @@ pub(crate) fn review(
             let Some(token) = bearer_token(headers).map(str::to_string) else {
                 return;
             };
-            let gateway = gateway.clone();
+            let (reviews, pool) = (reviews.clone(), pool.clone());
             tokio::spawn(async move {
-                let pool = gateway.pool();
                 let Some(u) = pool.upstreams().iter().find(|u| u.is_healthy()).cloned() else {
                     return;
                 };
@@ -164,9 +163,7 @@ pub(crate) fn review(
                         None
                     }
                 };
-                if let Some(reviews) = gateway.reviews() {
-                    reviews.record(&hash, user, Instant::now());
-                }
+                reviews.record(&hash, user, Instant::now());
             });
         }
     }

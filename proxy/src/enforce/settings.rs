@@ -6,6 +6,15 @@ use serde::Deserialize;
 
 use super::lane::Lane;
 
+/// Admission's own settings: the `lanes`, `quota` and `relistGuard`
+/// sections of one configuration (see [`crate::config::Config::admission`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AdmissionSettings<'a> {
+    pub lanes: &'a Lanes,
+    pub quota: &'a Quota,
+    pub relist_guard: &'a RelistGuard,
+}
+
 /// Lanes: who goes where, and how many requests each lane serves at once.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]

@@ -478,7 +478,7 @@ pub async fn start(config: Config) -> Running {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let g = gateway.clone();
     let task = tokio::spawn(async move {
-        g.serve(listener, Some(admin), async move {
+        tollgate::server::serve(g, listener, Some(admin), async move {
             let _ = rx.await;
         })
         .await

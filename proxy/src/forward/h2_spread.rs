@@ -1,5 +1,6 @@
-//! Lanes: the HTTP clients that carry forwarded requests to the apiservers, spread so that no
-//! HTTP/2 connection carries more streams than the apiserver allows.
+//! The HTTP/2 stream spreader: the HTTP clients that carry forwarded requests to the apiservers,
+//! spread over several connections so that no HTTP/2 connection carries more streams than the
+//! apiserver allows. (Not admission's lanes: those are in [`crate::enforce::lane`].)
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,25 +18,25 @@ pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 /// HTTP/2 connections are shared by many streams, and the apiserver caps
 /// streams per connection (250 in 1.20, 100 in recent releases); a stream
 /// past the cap waits for one to end, which for a watch is never. So
-/// requests are spread over lanes, each its own client (its own connection
-/// per upstream) carrying at most `limit` open requests; a new lane opens
-/// when all are full. Lanes are few: concurrent requests / limit.
+/// requests are spread over clients, each with its own connection per
+/// upstream and carrying at most `limit` open requests; a new client opens
+/// when all are full. Clients are few: concurrent requests / limit.
 ///
-/// Until the upstream is known to speak HTTP/2 (a response came back over it), a lane's
+/// Until the upstream is known to speak HTTP/2 (a response came back over it), a new
 /// client negotiates by ALPN, and its pool cannot tell that one connection will do: a burst
-/// of requests into a new lane races a TLS connection per request while the first handshake
-/// is in flight (10,000 watches opened at once made ~2,000 connections, all but one per lane
-/// dropped again). Once HTTP/2 is known, new lanes are HTTP/2-only, and their pool opens one
+/// of requests into a new client races a TLS connection per request while the first handshake
+/// is in flight (10,000 watches opened at once made ~2,000 connections, all but one per client
+/// dropped again). Once HTTP/2 is known, new clients are HTTP/2-only, and their pool opens one
 /// connection and queues the burst on it.
 #[derive(Debug)]
-pub struct Lanes {
+pub struct H2Spread {
     config: rustls::ClientConfig,
     limit: usize,
-    lanes: Mutex<Vec<(HttpClient, Arc<AtomicUsize>)>>,
+    clients: Mutex<Vec<(HttpClient, Arc<AtomicUsize>)>>,
     h2_known: AtomicBool,
 }
 
-/// One open request's place in a lane; freed on drop.
+/// One open request's place on a client's connection; freed on drop.
 #[derive(Debug)]
 pub struct StreamSlot(Arc<AtomicUsize>);
 
@@ -45,12 +46,12 @@ impl Drop for StreamSlot {
     }
 }
 
-impl Lanes {
-    pub(crate) fn new(config: rustls::ClientConfig, limit: usize) -> Lanes {
-        Lanes {
+impl H2Spread {
+    pub(crate) fn new(config: rustls::ClientConfig, limit: usize) -> H2Spread {
+        H2Spread {
             config,
             limit: limit.max(1),
-            lanes: Mutex::new(Vec::new()),
+            clients: Mutex::new(Vec::new()),
             h2_known: AtomicBool::new(false),
         }
     }
@@ -58,13 +59,13 @@ impl Lanes {
     /// Records the HTTP version of a response from the upstream.
     pub(crate) fn learn(&self, version: http::Version) {
         if version == http::Version::HTTP_2 && !self.h2_known.swap(true, Ordering::Relaxed) {
-            tracing::debug!("upstream speaks HTTP/2: new lanes open one connection each");
+            tracing::debug!("upstream speaks HTTP/2: new clients open one connection each");
         }
     }
 
     pub(crate) fn acquire(&self) -> (HttpClient, StreamSlot) {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        for (client, active) in lanes.iter() {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        for (client, active) in clients.iter() {
             if active.load(Ordering::Relaxed) < self.limit {
                 active.fetch_add(1, Ordering::Relaxed);
                 return (client.clone(), StreamSlot(active.clone()));
@@ -75,18 +76,15 @@ impl Lanes {
         } else {
             http_client(self.config.clone(), true)
         };
-        let lane = (client, Arc::new(AtomicUsize::new(1)));
-        lanes.push(lane.clone());
-        tracing::debug!(lanes = lanes.len(), "opened another upstream lane");
-        (lane.0, StreamSlot(lane.1))
+        let opened = (client, Arc::new(AtomicUsize::new(1)));
+        clients.push(opened.clone());
+        tracing::debug!(clients = clients.len(), "opened another upstream client");
+        (opened.0, StreamSlot(opened.1))
     }
 
-    pub fn len(&self) -> usize {
-        self.lanes.lock().map(|l| l.len()).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Clients opened so far.
+    pub fn opened(&self) -> usize {
+        self.clients.lock().map(|l| l.len()).unwrap_or(0)
     }
 }
 

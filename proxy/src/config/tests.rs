@@ -131,7 +131,7 @@ fn flags_set_mode_quota_and_wait() {
 
 #[test]
 fn the_readme_example_is_the_defaults() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let section = readme
         .split("## Configuration file")
         .nth(1)

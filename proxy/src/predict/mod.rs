@@ -22,10 +22,17 @@ use apimodel::request::Scope;
 use apimodel::ConsistencyClass;
 use tokio::time::Instant;
 
-use crate::config::{Patterns, Store};
 use crate::decay::decay_factor;
 pub use crate::decay::DecayedHistogram;
 use crate::pattern::{PatternKey, PatternVerb};
+
+pub mod settings;
+mod store;
+mod view;
+
+pub use settings::{Patterns, Store};
+pub use store::PatternStore;
+pub use view::PatternView;
 
 /// Most clients remembered per pattern.
 const TOP_CLIENTS: usize = 5;
@@ -227,33 +234,9 @@ impl Prediction {
     }
 }
 
-/// A learned pattern as `/debug/patterns` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PatternView {
-    pub pattern: String,
-    pub verb: String,
-    pub resource: String,
-    pub scope: String,
-    pub consistency: Option<String>,
-    /// For LISTs: the store assumed to serve it (`watchCache`, `etcd`).
-    pub store: Option<Store>,
-    pub count: u64,
-    pub rate: f64,
-    pub bytes_avg: f64,
-    pub bytes_p95: f64,
-    pub predicted_cost: f64,
-    pub latency_p99_ms: f64,
-    /// Rejected (in dryRun: would have been).
-    pub rejected: u64,
-    pub top_clients: Vec<String>,
-    /// The clients rejected most for this pattern.
-    pub rejected_clients: Vec<String>,
-}
-
 /// The maps a request looks up (two or three times each): foldhash instead of std's SipHash,
-/// which hashed each `PatternKey` field by field at ~70 rounds per request (issue 3's
-/// profile: 4,200 instructions a request). Still seeded per map at random, so keys a
+/// which hashed each `PatternKey` field by field, costly on every request. Still seeded per
+/// map at random, so keys a
 /// client chooses (resources, selector fields) cannot be aimed at one bucket in advance;
 /// the cache is bounded besides.
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -578,38 +561,6 @@ impl PatternCache {
             self.patterns.remove(&key);
         }
     }
-
-    /// Every pattern, heaviest (highest predicted cost) first.
-    pub fn snapshot(&self, now: Instant) -> Vec<PatternView> {
-        let half_life = self.settings.half_life_seconds;
-        let mut views: Vec<PatternView> = self
-            .patterns
-            .iter()
-            .map(|(key, s)| {
-                let mut s = s.clone();
-                s.decay_to(now, half_life);
-                PatternView {
-                    pattern: key.to_string(),
-                    verb: key.verb.as_str().to_string(),
-                    resource: key.resource.clone(),
-                    scope: key.scope.as_str().to_string(),
-                    consistency: key.consistency.map(|c| c.as_str().to_string()),
-                    store: key.is_list_like().then(|| self.store(key)),
-                    count: s.count,
-                    rate: s.rate(half_life),
-                    bytes_avg: s.bytes_mean().unwrap_or(0.0),
-                    bytes_p95: s.bytes_p95(),
-                    predicted_cost: self.predict(key, now).cost(),
-                    latency_p99_ms: s.latency_p99_ms(),
-                    rejected: s.rejected,
-                    top_clients: s.top_clients(),
-                    rejected_clients: s.top_rejected_clients(),
-                }
-            })
-            .collect();
-        views.sort_by(|a, b| b.predicted_cost.total_cmp(&a.predicted_cost));
-        views
-    }
 }
 
 fn is_success(status: u16) -> bool {
@@ -617,5 +568,4 @@ fn is_success(status: u16) -> bool {
 }
 
 #[cfg(test)]
-#[path = "predict_tests.rs"]
 mod tests;

@@ -1,9 +1,8 @@
-//! Forwarding to the apiservers: the upstream pool (least outstanding
-//! requests among healthy upstreams, periodic health checks, ejection on
-//! connection failure and re-admission after a check or an interval),
-//! hop-by-hop headers (RFC 9110 §7.6.1), and the four clients: with or
-//! without the front-proxy certificate, ALPN h2+http/1.1 or HTTP/1.1 only
-//! (upgrades need HTTP/1.1). HTTP/2 requests are spread over lanes so no
+//! The upstream pool: least outstanding requests among healthy upstreams,
+//! periodic health checks, ejection on connection failure and re-admission
+//! after a check or an interval, and the four clients: with or without the
+//! front-proxy certificate, ALPN h2+http/1.1 or HTTP/1.1 only (upgrades need
+//! HTTP/1.1). HTTP/2 requests are spread over clients so no
 //! connection carries more streams than the apiserver allows. Health checks
 //! use tollgate's own identity, which forwarded requests never carry.
 
@@ -11,16 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{self, HeaderName};
+use http::header;
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, HeaderValue, Request, Response, Uri, Version};
+use http::{HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::h2_spread::{http_client, H2Spread, HttpClient, StreamSlot};
 use crate::config::{Config, HealthCheck};
-use crate::lanes::{http_client, HttpClient};
-pub use crate::lanes::{Lanes, StreamSlot};
 use crate::tls::{self, TlsError};
 use crate::{Body, Error};
 
@@ -86,9 +84,9 @@ pub struct UpstreamPool {
     upstreams: Vec<Arc<Upstream>>,
     epoch: Instant,
     retry_after: Duration,
-    anonymous: Lanes,
+    anonymous: H2Spread,
     anonymous_h1: HttpClient,
-    front_proxy: Option<(Lanes, HttpClient)>,
+    front_proxy: Option<(H2Spread, HttpClient)>,
     own: HttpClient,
     health: HealthCheck,
     /// tollgate's own bearer token (from a kubeconfig), for its own requests only.
@@ -140,7 +138,7 @@ impl UpstreamPool {
             Some(id) => {
                 let cfg = tls::client_config(roots.as_ref(), Some(id))?;
                 Some((
-                    Lanes::new(cfg.clone(), up.max_streams_per_connection),
+                    H2Spread::new(cfg.clone(), up.max_streams_per_connection),
                     http_client(cfg, false),
                 ))
             }
@@ -174,7 +172,7 @@ impl UpstreamPool {
             upstreams,
             epoch: Instant::now(),
             retry_after: Duration::from_secs_f64(up.health_check.interval_seconds),
-            anonymous: Lanes::new(anon_cfg.clone(), up.max_streams_per_connection),
+            anonymous: H2Spread::new(anon_cfg.clone(), up.max_streams_per_connection),
             anonymous_h1: http_client(anon_cfg, false),
             front_proxy,
             own: http_client(own_cfg, true),
@@ -264,9 +262,9 @@ impl UpstreamPool {
             .uri(req.uri())
             .map_err(|e| SendError::Build(e.to_string()))?;
         *req.version_mut() = Version::HTTP_11;
-        let lanes = match (front_proxy, &self.front_proxy, upgrade) {
+        let spread = match (front_proxy, &self.front_proxy, upgrade) {
             (true, Some((_, h1)), true) => return h1.request(req).await.map_err(SendError::Client),
-            (true, Some((lanes, _)), false) => lanes,
+            (true, Some((spread, _)), false) => spread,
             (_, _, true) => {
                 return self
                     .anonymous_h1
@@ -276,16 +274,16 @@ impl UpstreamPool {
             }
             (_, _, false) => &self.anonymous,
         };
-        let (client, stream) = lanes.acquire();
+        let (client, stream) = spread.acquire();
         slot.stream = Some(stream);
         let resp = client.request(req).await.map_err(SendError::Client)?;
-        lanes.learn(resp.version());
+        spread.learn(resp.version());
         Ok(resp)
     }
 
-    /// Lanes open toward the apiservers (anonymous and front-proxy).
-    pub fn lanes(&self) -> usize {
-        self.anonymous.len() + self.front_proxy.as_ref().map_or(0, |f| f.0.len())
+    /// HTTP/2-spread clients open toward the apiservers (anonymous and front-proxy).
+    pub fn spread_clients(&self) -> usize {
+        self.anonymous.opened() + self.front_proxy.as_ref().map_or(0, |f| f.0.opened())
     }
 
     /// Check every upstream each interval until `stop`.
@@ -364,8 +362,8 @@ impl UpstreamPool {
             let resp = self.own.request(req).await.map_err(|e| e.to_string())?;
             // The health check usually answers before the first client request arrives.
             self.anonymous.learn(resp.version());
-            if let Some((lanes, _)) = &self.front_proxy {
-                lanes.learn(resp.version());
+            if let Some((spread, _)) = &self.front_proxy {
+                spread.learn(resp.version());
             }
             if !resp.status().is_success() {
                 return Err(format!("status {}", resp.status()));
@@ -388,111 +386,6 @@ pub enum SendError {
     Client(#[source] hyper_util::client::legacy::Error),
 }
 
-/// How many names [`HOP_BY_HOP`] holds.
-const HOP_BY_HOP_LEN: usize = 8;
-/// Headers that belong to one connection and are never forwarded. A `static`, not a
-/// `const`: a `const` array of `HeaderName`s is built and dropped again at every use
-/// (~800 instructions a request in issue 3's profile).
-static HOP_BY_HOP: [HeaderName; HOP_BY_HOP_LEN] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
-
-/// Where `name` is in [`HOP_BY_HOP`]. A `match` on the name's text is a length check and
-/// one compare; comparing `HeaderName`s one by one was ~900 instructions a request.
-fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    Some(match name.as_str() {
-        "connection" => 0,
-        "keep-alive" => 1,
-        "proxy-connection" => 2,
-        "proxy-authenticate" => 3,
-        "proxy-authorization" => 4,
-        "te" => 5,
-        "trailer" => 6,
-        "transfer-encoding" => 7,
-        _ => return None,
-    })
-}
-
-/// Is this an HTTP/1.1 upgrade request (SPDY, WebSocket)?
-pub fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
-}
-
-fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-}
-
-/// The Connection header is one `keep-alive` (what nginx and other HTTP/1.1 servers send on
-/// every response): it names nothing that is not removed anyway, so its tokens need no parsing.
-fn only_keep_alive(headers: &HeaderMap) -> bool {
-    let mut values = headers.get_all(header::CONNECTION).iter();
-    matches!(
-        (values.next(), values.next()),
-        (Some(v), None) if v.as_bytes().eq_ignore_ascii_case(b"keep-alive")
-    )
-}
-
-/// Remove hop-by-hop headers, including those the Connection header names.
-/// For an upgrade, `Connection: Upgrade` and `Upgrade` are kept.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    // Almost every request carries none of them, and a response from an HTTP/1.1 upstream
-    // only `Connection: keep-alive`: one pass over the few headers there are, then removing
-    // just what is present, is much cheaper than ten hashed removals and a `Vec` each time
-    // (issue 3's profile: ~3,900 instructions a request, a tenth of what tollgate adds to
-    // minproxy's work).
-    let mut present = [false; HOP_BY_HOP_LEN];
-    let mut any = false;
-    let mut has_upgrade = false;
-    for name in headers.keys() {
-        if let Some(i) = hop_by_hop_index(name) {
-            present[i] = true;
-            any = true;
-        } else if name == header::UPGRADE {
-            has_upgrade = true;
-        }
-    }
-    if !upgrade && !any && !has_upgrade {
-        return;
-    }
-    if present[0] && !only_keep_alive(headers) {
-        // Names the Connection header lists that are not removed below anyway (rare).
-        let named: Vec<HeaderName> = connection_tokens(headers)
-            .filter(|t| !(upgrade && t.eq_ignore_ascii_case("upgrade")))
-            .filter(|t| {
-                !HOP_BY_HOP
-                    .iter()
-                    .any(|h| t.eq_ignore_ascii_case(h.as_str()))
-            })
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .collect();
-        for name in named {
-            headers.remove(name);
-        }
-    }
-    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
-        headers.remove(name);
-    }
-    if upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    } else if has_upgrade {
-        headers.remove(header::UPGRADE);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,15 +394,6 @@ mod tests {
         let mut config = Config::default();
         config.upstream.urls = urls.iter().map(|s| s.to_string()).collect();
         UpstreamPool::new(&config).expect("pool")
-    }
-
-    #[test]
-    fn the_hop_by_hop_index_matches_the_list() {
-        for (i, name) in HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
-        }
-        assert_eq!(hop_by_hop_index(&header::UPGRADE), None);
-        assert_eq!(hop_by_hop_index(&header::CONTENT_LENGTH), None);
     }
 
     #[test]
@@ -540,44 +424,5 @@ mod tests {
         let mut config = Config::default();
         config.upstream.urls = vec!["https://127.0.0.1:1".into()];
         assert!(UpstreamPool::new(&config).is_err());
-    }
-
-    #[test]
-    fn hop_by_hop_headers() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            "connection",
-            HeaderValue::from_static("keep-alive, x-custom"),
-        );
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert("x-custom", HeaderValue::from_static("1"));
-        h.insert("te", HeaderValue::from_static("trailers"));
-        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
-        h.insert("upgrade", HeaderValue::from_static("h2c"));
-        h.insert("accept-encoding", HeaderValue::from_static("gzip"));
-        assert!(!is_upgrade(&h));
-        strip_hop_by_hop(&mut h, false);
-        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, vec!["accept-encoding"]);
-
-        let mut h = HeaderMap::new();
-        h.insert("connection", HeaderValue::from_static("Upgrade"));
-        h.insert("upgrade", HeaderValue::from_static("SPDY/3.1"));
-        assert!(is_upgrade(&h));
-        strip_hop_by_hop(&mut h, true);
-        assert_eq!(h["connection"], "Upgrade");
-        assert_eq!(h["upgrade"], "SPDY/3.1");
-
-        // `Connection: Keep-Alive` alone (the fast path), and beside a second Connection value.
-        let mut h = HeaderMap::new();
-        h.insert("connection", HeaderValue::from_static("Keep-Alive"));
-        h.insert("x-custom", HeaderValue::from_static("1"));
-        strip_hop_by_hop(&mut h, false);
-        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, vec!["x-custom"]);
-        h.append("connection", HeaderValue::from_static("keep-alive"));
-        h.append("connection", HeaderValue::from_static("x-custom"));
-        strip_hop_by_hop(&mut h, false);
-        assert!(h.is_empty(), "{h:?}");
     }
 }

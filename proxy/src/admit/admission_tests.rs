@@ -1,5 +1,5 @@
 use super::*;
-use crate::enforce::lane::LaneSlots;
+use crate::config::Config;
 
 fn config(rate: f64, burst: f64, max_wait: f64) -> Config {
     let mut c = Config::default();
@@ -12,11 +12,7 @@ fn config(rate: f64, burst: f64, max_wait: f64) -> Config {
 }
 
 fn admission(c: &Config) -> Arc<Admission> {
-    Arc::new(Admission::new(
-        c,
-        Arc::new(LaneSlots::default()),
-        Box::new(|_| {}),
-    ))
+    Arc::new(Admission::new(c.admission(), Box::new(|_| {})))
 }
 
 fn start_dispatcher(a: &Arc<Admission>, c: &Config) -> CancellationToken {
@@ -24,7 +20,7 @@ fn start_dispatcher(a: &Arc<Admission>, c: &Config) -> CancellationToken {
     let c = Arc::new(c.clone());
     tokio::spawn(
         a.clone()
-            .dispatch_loop(move || c.clone(), || 0, stop.clone()),
+            .dispatch_loop(move || c.clone(), |c| c.admission(), || 0, stop.clone()),
     );
     stop
 }
@@ -34,13 +30,13 @@ async fn admits_queues_then_rejects_past_max_wait() {
     let c = config(100.0, 100.0, 2.0);
     let a = admission(&c);
     let stop = start_dispatcher(&a, &c);
-    let first = a.admit_heavy("a", 100.0, &c, false).await;
+    let first = a.admit_heavy("a", 100.0, c.admission(), false).await;
     assert_eq!(
         (first.decision, first.reason),
         (Decision::Admit, Reason::Pool)
     );
     // Empty pool: the next waits one second for 100 bytes.
-    let second = a.admit_heavy("a", 100.0, &c, false).await;
+    let second = a.admit_heavy("a", 100.0, c.admission(), false).await;
     assert_eq!(second.decision, Decision::Queue);
     assert!(
         second.waited >= Duration::from_millis(900),
@@ -51,11 +47,11 @@ async fn admits_queues_then_rejects_past_max_wait() {
     first.hold.settle(20.0);
     second.hold.settle(100.0);
     // 80 back: 300 bytes need 2.2 s more: past the 2 s wait.
-    let third = a.admit_heavy("b", 50.0, &c, false).await;
+    let third = a.admit_heavy("b", 50.0, c.admission(), false).await;
     assert_eq!(third.decision, Decision::Admit);
     let _keep = third;
     let c2 = config(100.0, 100.0, 0.5);
-    let late = a.admit_heavy("b", 90.0, &c2, false).await;
+    let late = a.admit_heavy("b", 90.0, c2.admission(), false).await;
     assert_eq!(
         (late.decision, late.reason),
         (Decision::Reject, Reason::MaxWait)
@@ -68,23 +64,27 @@ async fn admits_queues_then_rejects_past_max_wait() {
 async fn a_dropped_ticket_refunds_and_oversize_goes_into_debt() {
     let c = config(100.0, 100.0, 5.0);
     let a = admission(&c);
-    let big = a.admit_heavy("a", 500.0, &c, false).await;
+    let big = a.admit_heavy("a", 500.0, c.admission(), false).await;
     assert_eq!((big.decision, big.reason), (Decision::Admit, Reason::Debt));
-    assert_eq!(a.view(&c).level, -400.0);
+    assert_eq!(a.view(c.admission()).level, -400.0);
     drop(big);
-    assert_eq!(a.view(&c).level, 100.0, "refunded, capped at the burst");
-    assert_eq!(a.view(&c).heavy_inflight, 0);
+    assert_eq!(
+        a.view(c.admission()).level,
+        100.0,
+        "refunded, capped at the burst"
+    );
+    assert_eq!(a.view(c.admission()).heavy_inflight, 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn dry_run_never_waits_and_counts_what_would_be_rejected() {
     let c = config(100.0, 100.0, 1.0);
     let a = admission(&c);
-    let v1 = a.admit_heavy("a", 100.0, &c, true).await;
+    let v1 = a.admit_heavy("a", 100.0, c.admission(), true).await;
     assert_eq!(v1.decision, Decision::Admit);
-    let v2 = a.admit_heavy("a", 90.0, &c, true).await;
+    let v2 = a.admit_heavy("a", 90.0, c.admission(), true).await;
     assert_eq!(v2.decision, Decision::Queue, "would wait 0.9 s");
-    let v3 = a.admit_heavy("a", 90.0, &c, true).await;
+    let v3 = a.admit_heavy("a", 90.0, c.admission(), true).await;
     assert_eq!(
         (v3.decision, v3.reason),
         (Decision::Reject, Reason::MaxWait)
@@ -97,12 +97,12 @@ async fn a_full_queue_and_the_rate_limit_answer_at_once() {
     let mut c = config(1.0, 10.0, 60.0);
     c.quota.queue.per_flow_depth = 1;
     let a = admission(&c);
-    let _held = a.admit_heavy("a", 10.0, &c, false).await;
+    let _held = a.admit_heavy("a", 10.0, c.admission(), false).await;
     let a2 = a.clone();
     let c2 = c.clone();
-    let queued = tokio::spawn(async move { a2.admit_heavy("a", 5.0, &c2, false).await });
+    let queued = tokio::spawn(async move { a2.admit_heavy("a", 5.0, c2.admission(), false).await });
     tokio::task::yield_now().await;
-    let full = a.admit_heavy("a", 5.0, &c, false).await;
+    let full = a.admit_heavy("a", 5.0, c.admission(), false).await;
     assert_eq!(
         (full.decision, full.reason),
         (Decision::Reject, Reason::QueueFull)
@@ -110,8 +110,8 @@ async fn a_full_queue_and_the_rate_limit_answer_at_once() {
     queued.abort();
     c.quota.per_client.requests_per_second = 1.0;
     c.quota.per_client.burst = 1;
-    let _ = a.admit_heavy("r", 1.0, &c, true).await;
-    let limited = a.admit_heavy("r", 1.0, &c, true).await;
+    let _ = a.admit_heavy("r", 1.0, c.admission(), true).await;
+    let limited = a.admit_heavy("r", 1.0, c.admission(), true).await;
     assert_eq!(limited.reason, Reason::RateLimit);
 }
 
@@ -122,45 +122,28 @@ async fn light_lanes_wait_for_a_slot_then_give_up() {
     c.lanes.max_wait_seconds = 0.5;
     let a = admission(&c);
     let held = a
-        .admit_light(Lane::Workload, || "a".into(), &c, false)
+        .admit_light(Lane::Workload, || "a".into(), c.admission(), false)
         .await;
     assert_eq!(held.decision, Decision::Admit);
     let full = a
-        .admit_light(Lane::Workload, || "a".into(), &c, false)
+        .admit_light(Lane::Workload, || "a".into(), c.admission(), false)
         .await;
     assert_eq!(
         (full.decision, full.reason),
         (Decision::Reject, Reason::Inflight)
     );
-    let dry = a.admit_light(Lane::Workload, || "a".into(), &c, true).await;
+    let dry = a
+        .admit_light(Lane::Workload, || "a".into(), c.admission(), true)
+        .await;
     assert_eq!(
         dry.decision,
         Decision::Queue,
         "dry run: counted, not refused"
     );
-    let exempt = a.admit_light(Lane::Exempt, || "a".into(), &c, false).await;
+    let exempt = a
+        .admit_light(Lane::Exempt, || "a".into(), c.admission(), false)
+        .await;
     assert_eq!(exempt.reason, Reason::Exempt);
-}
-
-#[test]
-fn charges_weigh_etcd_reads_and_never_refund_cut_responses() {
-    use crate::predict::Source;
-    let p = Prediction {
-        response_bytes: 100.0,
-        read_bytes: 100.0,
-        source: Source::Pattern,
-    };
-    assert_eq!(charge(&p, 2.0), 300.0);
-    assert_eq!(actual_charge(&p, false, 50.0, true, 2.0, 300.0), 150.0);
-    let filtered = Prediction {
-        read_bytes: 1000.0,
-        ..p
-    };
-    assert_eq!(
-        actual_charge(&filtered, true, 10.0, true, 2.0, 2100.0),
-        2010.0
-    );
-    assert_eq!(actual_charge(&p, false, 10.0, false, 2.0, 300.0), 300.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -170,14 +153,14 @@ async fn another_clients_single_request_overtakes_a_queued_flood() {
     let a = admission(&c);
     let stop = start_dispatcher(&a, &c);
     // The flood empties the pool, then queues five more.
-    let first = a.admit_heavy("flood", 100.0, &c, false).await;
+    let first = a.admit_heavy("flood", 100.0, c.admission(), false).await;
     assert_eq!(first.decision, Decision::Admit);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for who in ["flood", "flood", "flood", "flood", "flood", "single"] {
         let (a, c, tx) = (a.clone(), c.clone(), tx.clone());
         tasks.push(tokio::spawn(async move {
-            let v = a.admit_heavy(who, 100.0, &c, false).await;
+            let v = a.admit_heavy(who, 100.0, c.admission(), false).await;
             assert_eq!(v.decision, Decision::Queue);
             let _ = tx.send(who);
             v.hold.settle(100.0);

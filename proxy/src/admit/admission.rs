@@ -1,5 +1,8 @@
-//! Admission: the decision for one request, and the dispatcher that
-//! serves the heavy lane's fair queues from the quota pool.
+//! Admission: the state every request's admit step shares (lane slots, the
+//! heavy lane, per-client rates), the decision for one request, and the
+//! dispatcher that serves the heavy lane's fair queues from the quota pool.
+//! It reads only its own settings ([`AdmissionSettings`]: `lanes`, `quota`,
+//! `relistGuard`), those of the request's configuration.
 //!
 //! Light lanes (system, workload, self) take an in-flight slot, waiting up
 //! to `lanes.maxWaitSeconds`; `exempt` is never limited. Heavy requests
@@ -25,86 +28,14 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::drr::{FairQueue, Refused};
-use super::guard::{Cause, RelistGuard};
-use super::lane::{Lane, LaneSlot, LaneSlots, SlotOutcome};
-use super::pool::QuotaPool;
-use super::ratelimit::ClientRates;
-use super::retry::{self, LogLimiter};
-use super::scaling;
-use super::settings::ScalingMode;
-use crate::config::Config;
-use crate::predict::Prediction;
-
-/// What happened to a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Admit,
-    /// Admitted after waiting.
-    Queue,
-    Reject,
-}
-
-impl Decision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Admit => "admit",
-            Decision::Queue => "queue",
-            Decision::Reject => "reject",
-        }
-    }
-}
-
-/// Why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// The exempt lane: never limited.
-    Exempt,
-    /// A light lane's in-flight slot.
-    Slot,
-    /// The pool had the bytes.
-    Pool,
-    /// Costs more than the burst: admitted with a full pool, into debt.
-    Debt,
-    /// A light lane stayed full for its whole wait.
-    Inflight,
-    /// The pool did not have the bytes within `maxWait`.
-    MaxWait,
-    /// The client's queue was full.
-    QueueFull,
-    /// Too many clients were waiting.
-    TooManyFlows,
-    /// The client's heavy-request rate was over its limit.
-    RateLimit,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Exempt => "exempt",
-            Reason::Slot => "slot",
-            Reason::Pool => "pool",
-            Reason::Debt => "debt",
-            Reason::Inflight => "inflight",
-            Reason::MaxWait => "maxWait",
-            Reason::QueueFull => "queueFull",
-            Reason::TooManyFlows => "tooManyFlows",
-            Reason::RateLimit => "rateLimit",
-        }
-    }
-
-    /// Words for the 429 message.
-    pub fn explain(self) -> &'static str {
-        match self {
-            Reason::Inflight => "too many requests in flight in this lane",
-            Reason::MaxWait => "the byte quota had no room for this request within the wait limit",
-            Reason::QueueFull => "too many of this client's heavy requests are already waiting",
-            Reason::TooManyFlows => "too many clients are waiting for the byte quota",
-            Reason::RateLimit => "this client sends heavy requests faster than its rate limit",
-            _ => "admitted",
-        }
-    }
-}
+use crate::enforce::decision::{Decision, Reason};
+use crate::enforce::drr::Refused;
+use crate::enforce::guard::Cause;
+use crate::enforce::heavy::HeavyLane;
+use crate::enforce::lane::{Lane, LaneSlot, LaneSlots, SlotOutcome};
+use crate::enforce::ratelimit::ClientRates;
+use crate::enforce::retry::{self, LogLimiter};
+use crate::enforce::settings::AdmissionSettings;
 
 /// What an admitted request holds until its response ends.
 #[derive(Debug, Default)]
@@ -184,19 +115,6 @@ struct Waiter {
     tx: oneshot::Sender<HeavyTicket>,
 }
 
-/// The heavy lane's shared state.
-struct Heavy {
-    pool: QuotaPool,
-    queue: FairQueue<String, Waiter>,
-    /// The entry deficit round robin chose, waiting for the pool: nobody
-    /// overtakes it (that is what bounds another flow's wait).
-    staged: Option<(String, f64, Waiter)>,
-    inflight: usize,
-    guard: RelistGuard,
-    nodes: Option<f64>,
-    containers: Option<f64>,
-}
-
 /// A snapshot for metrics.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolView {
@@ -206,11 +124,14 @@ pub struct PoolView {
     pub queued: usize,
     pub heavy_inflight: usize,
     pub guard_active: bool,
+    /// The cluster size, by unit, as last set.
+    pub nodes: Option<f64>,
+    pub containers: Option<f64>,
 }
 
 /// Admission control, shared by all requests.
 pub struct Admission {
-    heavy: Mutex<Heavy>,
+    heavy: Mutex<HeavyLane<Waiter>>,
     wake: Notify,
     slots: Arc<LaneSlots>,
     rates: ClientRates,
@@ -226,128 +147,16 @@ impl std::fmt::Debug for Admission {
     }
 }
 
-/// The bytes a prediction charges: sent plus weighted etcd reads.
-pub fn charge(p: &Prediction, etcd_read_weight: f64) -> f64 {
-    p.response_bytes + etcd_read_weight * p.read_bytes
-}
-
-/// The actual charge once the response ended: the bytes sent (uncompressed
-/// estimate) plus the etcd reads they imply (an unfiltered etcd read reads
-/// what it sends; a filtered one reads what was predicted). A response cut
-/// short is never refunded below its debit: the apiserver did the work.
-pub fn actual_charge(
-    p: &Prediction,
-    filtered: bool,
-    sent: f64,
-    complete: bool,
-    etcd_read_weight: f64,
-    debited: f64,
-) -> f64 {
-    let read = if p.read_bytes <= 0.0 {
-        0.0
-    } else if filtered {
-        p.read_bytes
-    } else {
-        sent
-    };
-    let actual = sent + etcd_read_weight * read;
-    if complete {
-        actual
-    } else {
-        actual.max(debited)
-    }
-}
-
-impl Heavy {
-    /// Bring rate, burst and the guard up to date at `now`.
-    fn refresh(&mut self, config: &Config, now: Instant) {
-        let quota = &config.quota;
-        let size = match quota.scaling.mode {
-            ScalingMode::Fixed => None,
-            ScalingMode::NodeProportional => self.nodes,
-            ScalingMode::ContainerProportional => self.containers,
-        };
-        let (rate, burst) = scaling::scaled(quota, size);
-        let f = self.guard.factor(&config.relist_guard, now);
-        self.pool.set_limits(rate * f, burst * f, now);
-        let q = &quota.queue;
-        self.queue
-            .set_limits(q.quantum_bytes, q.per_flow_depth, q.max_flows);
-    }
-
-    fn slot_free(&self, config: &Config, now: Instant) -> bool {
-        let limit = Lane::Heavy.limit(&config.lanes);
-        if limit == 0 {
-            return true;
-        }
-        let f = self.guard.factor(&config.relist_guard, now);
-        let scaled = ((limit as f64) * f).floor().max(1.0) as usize;
-        self.inflight < scaled
-    }
-
-    /// Serve what can be served now; `(senders with their costs, how long
-    /// until the staged entry could go)`.
-    fn dispatch(&mut self, config: &Config, now: Instant) -> (Vec<(Waiter, f64)>, Duration) {
-        let mut out = Vec::new();
-        loop {
-            if self.staged.is_none() {
-                self.staged = self.queue.pop();
-            }
-            let Some((_, cost, waiter)) = &self.staged else {
-                return (out, Duration::from_secs(1));
-            };
-            let cost = *cost;
-            if waiter.tx.is_closed() {
-                self.staged = None;
-                continue;
-            }
-            if !self.slot_free(config, now) {
-                // A release wakes the dispatcher.
-                return (out, Duration::from_secs(1));
-            }
-            if !self.pool.try_debit(cost, now) {
-                return (out, self.pool.time_until(cost, now));
-            }
-            self.inflight += 1;
-            if let Some((_, cost, waiter)) = self.staged.take() {
-                out.push((waiter, cost));
-            }
-        }
-    }
-
-    /// Seconds until `cost` (behind what is queued) could be admitted.
-    fn refill_time(&mut self, cost: f64, now: Instant) -> Duration {
-        let level = self.pool.level(now);
-        let ahead = self.queue.bytes() + self.staged.as_ref().map_or(0.0, |s| s.1);
-        let need = cost.min(self.pool.burst()) + ahead - level;
-        Duration::from_secs_f64((need.max(0.0) / self.pool.rate()).min(1e6))
-    }
-}
-
 impl Admission {
     pub fn new(
-        config: &Config,
-        slots: Arc<LaneSlots>,
+        settings: AdmissionSettings<'_>,
         on_guard: Box<dyn Fn(Cause) + Send + Sync>,
     ) -> Admission {
         let now = Instant::now();
-        let q = &config.quota;
         Admission {
-            heavy: Mutex::new(Heavy {
-                pool: QuotaPool::new(q.bytes_per_second, q.burst_bytes, now),
-                queue: FairQueue::new(
-                    q.queue.quantum_bytes,
-                    q.queue.per_flow_depth,
-                    q.queue.max_flows,
-                ),
-                staged: None,
-                inflight: 0,
-                guard: RelistGuard::default(),
-                nodes: None,
-                containers: None,
-            }),
+            heavy: Mutex::new(HeavyLane::new(settings, now)),
             wake: Notify::new(),
-            slots,
+            slots: Arc::new(LaneSlots::default()),
             rates: ClientRates::default(),
             log: LogLimiter::new(now),
             seq: AtomicU64::new(0),
@@ -355,9 +164,14 @@ impl Admission {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Heavy> {
+    fn lock(&self) -> MutexGuard<'_, HeavyLane<Waiter>> {
         // A panic while holding the lock leaves numbers, not invariants.
         self.heavy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The in-flight slots of the light lanes (and tollgate's own `self` lane).
+    pub fn slots(&self) -> &Arc<LaneSlots> {
+        &self.slots
     }
 
     /// A heavy ticket was settled or dropped.
@@ -371,8 +185,8 @@ impl Admission {
     }
 
     /// May a rejection be logged now? `Some(suppressed)` if so.
-    pub fn log_allowed(&self, config: &Config) -> Option<u64> {
-        self.log.allow(config.quota.log_per_second, Instant::now())
+    pub fn log_allowed(&self, s: AdmissionSettings<'_>) -> Option<u64> {
+        self.log.allow(s.quota.log_per_second, Instant::now())
     }
 
     /// The upstream pool's recovery count and, if scraped, the upstream's
@@ -406,37 +220,43 @@ impl Admission {
     }
 
     /// Whether the relist guard is warming up (for the cache rewrite).
-    pub fn warming_up(&self, config: &Config) -> bool {
-        self.lock()
-            .guard
-            .active(&config.relist_guard, Instant::now())
+    pub fn warming_up(&self, s: AdmissionSettings<'_>) -> bool {
+        self.lock().guard.active(s.relist_guard, Instant::now())
     }
 
-    pub fn view(&self, config: &Config) -> PoolView {
+    pub fn view(&self, s: AdmissionSettings<'_>) -> PoolView {
         let now = Instant::now();
         let mut h = self.lock();
-        h.refresh(config, now);
+        h.refresh(s, now);
         PoolView {
             level: h.pool.level(now),
             rate: h.pool.rate(),
             burst: h.pool.burst(),
             queued: h.queue.len() + usize::from(h.staged.is_some()),
             heavy_inflight: h.inflight,
-            guard_active: h.guard.active(&config.relist_guard, now),
+            guard_active: h.guard.active(s.relist_guard, now),
+            nodes: h.nodes,
+            containers: h.containers,
         }
     }
 
-    fn retry(&self, base: Duration, flow: &str, config: &Config) -> u64 {
+    fn retry(&self, base: Duration, flow: &str, s: AdmissionSettings<'_>) -> u64 {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        retry::retry_after(base, retry::seed(flow, n), &config.quota.retry_after)
+        retry::retry_after(base, retry::seed(flow, n), &s.quota.retry_after)
     }
 
-    fn reject(&self, reason: Reason, base: Duration, flow: &str, config: &Config) -> Verdict {
+    fn reject(
+        &self,
+        reason: Reason,
+        base: Duration,
+        flow: &str,
+        s: AdmissionSettings<'_>,
+    ) -> Verdict {
         Verdict {
             decision: Decision::Reject,
             reason,
             hold: Hold::Nothing,
-            retry_after: self.retry(base, flow, config),
+            retry_after: self.retry(base, flow, s),
             waited: Duration::ZERO,
         }
     }
@@ -448,13 +268,13 @@ impl Admission {
         &self,
         lane: Lane,
         flow: impl FnOnce() -> String,
-        config: &Config,
+        s: AdmissionSettings<'_>,
         dry: bool,
     ) -> Verdict {
         if lane == Lane::Exempt {
             return Verdict::admit(Reason::Exempt, Hold::Slot(self.slots.force_take(lane)));
         }
-        let limit = lane.limit(&config.lanes);
+        let limit = lane.limit(s.lanes);
         if dry {
             return match self.slots.try_take(lane, limit) {
                 Some(s) => Verdict::admit(Reason::Slot, Hold::Slot(s)),
@@ -465,7 +285,7 @@ impl Admission {
             };
         }
         let started = Instant::now();
-        let wait = Duration::from_secs_f64(config.lanes.max_wait_seconds);
+        let wait = Duration::from_secs_f64(s.lanes.max_wait_seconds);
         match self.slots.take(lane, limit, wait).await {
             SlotOutcome::Now(s) => Verdict::admit(Reason::Slot, Hold::Slot(s)),
             SlotOutcome::Waited(s) => Verdict {
@@ -473,9 +293,7 @@ impl Admission {
                 waited: started.elapsed(),
                 ..Verdict::admit(Reason::Slot, Hold::Slot(s))
             },
-            SlotOutcome::Full => {
-                self.reject(Reason::Inflight, Duration::from_secs(1), &flow(), config)
-            }
+            SlotOutcome::Full => self.reject(Reason::Inflight, Duration::from_secs(1), &flow(), s),
         }
     }
 
@@ -484,14 +302,14 @@ impl Admission {
         self: &Arc<Self>,
         flow: &str,
         cost: f64,
-        config: &Config,
+        s: AdmissionSettings<'_>,
         dry: bool,
     ) -> Verdict {
-        if let Err(wait) = self.rates.check(&config.quota.per_client, flow) {
-            return self.reject(Reason::RateLimit, wait, flow, config);
+        if let Err(wait) = self.rates.check(&s.quota.per_client, flow) {
+            return self.reject(Reason::RateLimit, wait, flow, s);
         }
         let now = Instant::now();
-        let max_wait = Duration::from_secs_f64(config.quota.max_wait_seconds);
+        let max_wait = Duration::from_secs_f64(s.quota.max_wait_seconds);
         let ticket = |admission: &Arc<Admission>| HeavyTicket {
             admission: admission.clone(),
             debited: cost,
@@ -499,10 +317,10 @@ impl Admission {
         };
         let rx = {
             let mut h = self.lock();
-            h.refresh(config, now);
+            h.refresh(s, now);
             let oversize = cost > h.pool.burst();
             let nobody_waits = h.staged.is_none() && h.queue.is_empty();
-            if nobody_waits && h.slot_free(config, now) && h.pool.try_debit(cost, now) {
+            if nobody_waits && h.slot_free(s, now) && h.pool.try_debit(cost, now) {
                 h.inflight += 1;
                 drop(h);
                 let reason = if oversize { Reason::Debt } else { Reason::Pool };
@@ -523,7 +341,7 @@ impl Admission {
                 }
                 let base = h.refill_time(cost, now);
                 drop(h);
-                return self.reject(Reason::MaxWait, base, flow, config);
+                return self.reject(Reason::MaxWait, base, flow, s);
             }
             let (tx, rx) = oneshot::channel();
             let mut pushed = h.queue.push(flow.to_string(), cost, Waiter { tx });
@@ -539,7 +357,7 @@ impl Admission {
                     Refused::FlowFull => Reason::QueueFull,
                     Refused::TooManyFlows => Reason::TooManyFlows,
                 };
-                return self.reject(reason, base, flow, config);
+                return self.reject(reason, base, flow, s);
             }
             rx
         };
@@ -554,30 +372,33 @@ impl Admission {
             // dispatcher went away (shutdown).
             _ => {
                 let base = self.lock().refill_time(cost, Instant::now());
-                let mut v = self.reject(Reason::MaxWait, base, flow, config);
+                let mut v = self.reject(Reason::MaxWait, base, flow, s);
                 v.waited = now.elapsed();
                 v
             }
         }
     }
 
-    /// Serve the heavy queues from the pool until `stop`. `config` gives
-    /// the running configuration each round, `recoveries` the upstream
-    /// pool's count of recoveries (for the relist guard).
-    pub async fn dispatch_loop(
+    /// Serve the heavy queues from the pool until `stop`. `current` gives
+    /// the running configuration each round and `settings` admission's part
+    /// of it, `recoveries` the upstream pool's count of recoveries (for the
+    /// relist guard).
+    pub async fn dispatch_loop<C: Send>(
         self: Arc<Self>,
-        config: impl Fn() -> Arc<Config> + Send,
+        current: impl Fn() -> C + Send,
+        settings: fn(&C) -> AdmissionSettings<'_>,
         recoveries: impl Fn() -> u64 + Send,
         stop: CancellationToken,
     ) {
         loop {
-            let cfg = config();
+            let cfg = current();
+            let s = settings(&cfg);
             self.observe_upstream(recoveries(), None);
             let now = Instant::now();
             let (ready, wait) = {
                 let mut h = self.lock();
-                h.refresh(&cfg, now);
-                h.dispatch(&cfg, now)
+                h.refresh(s, now);
+                h.dispatch(s, now, |w| w.tx.is_closed())
             };
             for (waiter, cost) in ready {
                 let t = HeavyTicket {
@@ -602,5 +423,5 @@ impl Admission {
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
+#[path = "admission_tests.rs"]
 mod tests;

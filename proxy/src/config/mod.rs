@@ -3,8 +3,14 @@
 //! structs before any port is bound; unknown fields are errors.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
+
+mod flags;
+
+pub use crate::predict::settings::{Patterns, Store};
+pub use flags::Flags;
 
 /// What tollgate does with what it learns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -29,17 +35,6 @@ impl Mode {
             Mode::Enforce => "enforce",
         }
     }
-}
-
-/// Which store serves a consistency class; decides whether a filtered LIST is
-/// charged for every object the apiserver reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Store {
-    /// The apiserver's watch cache: selectors are cheap (indexed or in memory).
-    WatchCache,
-    /// etcd: the whole resource is read, then filtered.
-    Etcd,
 }
 
 /// The whole configuration. Every field has a default right for a
@@ -193,33 +188,6 @@ pub struct Timeouts {
     pub idle_seconds: f64,
 }
 
-/// The pattern cache and predictor.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct Patterns {
-    /// Most patterns kept; the coldest 10% are evicted when full. Default `10000`.
-    pub capacity: usize,
-    /// Half-life of the decayed statistics, seconds. Default `300`.
-    pub half_life_seconds: f64,
-    /// Prediction for a LIST of a resource never seen, bytes. Default `1048576`.
-    pub default_list_bytes: f64,
-    /// Prediction for any other request never seen, bytes. Default `4096`.
-    pub default_request_bytes: f64,
-    /// Bytes per object assumed when only the apiserver's object count is
-    /// known (until a full LIST teaches it). Default `4096`.
-    pub default_object_bytes: f64,
-    /// Assumed uncompressed/compressed ratio of gzip responses until one is
-    /// learned for the resource. Default `8`.
-    pub gzip_ratio: f64,
-    /// Store that serves `cache` reads. Default `watchCache`.
-    pub cache_store: Store,
-    /// Store that serves `consistent` reads. Default `etcd` (Kubernetes before
-    /// 1.31; set `watchCache` for newer clusters with consistent reads from cache).
-    pub consistent_store: Store,
-    /// Store that serves `exact` reads. Default `etcd`.
-    pub exact_store: Store,
-}
-
 /// Graceful drain.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -287,22 +255,6 @@ impl Default for Timeouts {
     }
 }
 
-impl Default for Patterns {
-    fn default() -> Self {
-        Patterns {
-            capacity: 10_000,
-            half_life_seconds: 300.0,
-            default_list_bytes: 1_048_576.0,
-            default_request_bytes: 4096.0,
-            default_object_bytes: 4096.0,
-            gzip_ratio: 8.0,
-            cache_store: Store::WatchCache,
-            consistent_store: Store::Etcd,
-            exact_store: Store::Etcd,
-        }
-    }
-}
-
 impl Default for Drain {
     fn default() -> Self {
         Drain {
@@ -311,73 +263,12 @@ impl Default for Drain {
     }
 }
 
-/// Flags; each one given overrides the file.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct Flags {
-    /// YAML configuration file; flags override its settings [default: none, built-in defaults]
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Address clients connect to [default: 0.0.0.0:6443]
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<String>,
-    /// apiserver URL; repeat for several (least outstanding requests) [default: none, required]
-    #[arg(long = "upstream", value_name = "URL")]
-    pub upstreams: Vec<String>,
-    /// kubeconfig giving the apiserver address, its CA and tollgate's own identity (health checks and scraping only) [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub upstream_kubeconfig: Option<PathBuf>,
-    /// CA bundle (PEM) verifying the apiservers' serving certificates [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub upstream_ca: Option<PathBuf>,
-    /// Serving certificate (PEM); with --tls-key turns on TLS toward clients [default: none, plain HTTP]
-    #[arg(long, value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// Serving private key (PEM) [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// CA (PEM) verifying client certificates [default: none, certificates not requested]
-    #[arg(long, value_name = "FILE")]
-    pub client_ca: Option<PathBuf>,
-    /// Front-proxy client certificate presented to the apiserver with X-Remote-* headers [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub front_proxy_cert: Option<PathBuf>,
-    /// Front-proxy private key [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub front_proxy_key: Option<PathBuf>,
-    /// tollgate's own client certificate, for health checks only [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub upstream_client_cert: Option<PathBuf>,
-    /// tollgate's own private key, for health checks only [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub upstream_client_key: Option<PathBuf>,
-    /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns) [default: 127.0.0.1:9443]
-    #[arg(long, value_name = "ADDR")]
-    pub admin_listen: Option<String>,
-    /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]
-    #[arg(long, value_enum)]
-    pub mode: Option<Mode>,
-    /// Refill rate of the byte-cost quota pool, bytes per second (quota.bytesPerSecond) [default: 268435456]
-    #[arg(long, value_name = "BYTES")]
-    pub quota_bytes_per_second: Option<f64>,
-    /// Most bytes the quota pool holds (quota.burstBytes) [default: 1073741824]
-    #[arg(long, value_name = "BYTES")]
-    pub quota_burst_bytes: Option<f64>,
-    /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
-    pub max_wait: Option<f64>,
-}
-
-/// `10`, `2.5`, `10s` or `500ms` as seconds.
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    let (number, scale) = match s.strip_suffix("ms") {
-        Some(n) => (n, 0.001),
-        None => (s.strip_suffix('s').unwrap_or(s), 1.0),
-    };
-    let v: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    Ok(v * scale)
+/// A refused setting.
+fn invalid(field: &'static str, reason: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        field,
+        reason: reason.to_string(),
+    })
 }
 
 /// A configuration that cannot be used, with where and why.
@@ -398,6 +289,15 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Admission's part of the configuration.
+    pub fn admission(&self) -> crate::enforce::settings::AdmissionSettings<'_> {
+        crate::enforce::settings::AdmissionSettings {
+            lanes: &self.lanes,
+            quota: &self.quota,
+            relist_guard: &self.relist_guard,
+        }
+    }
+
     /// The file named by `flags.config` (or the defaults), with the flags applied, validated.
     pub fn load(flags: &Flags) -> Result<Config, ConfigError> {
         let mut config = match &flags.config {
@@ -432,66 +332,19 @@ impl Config {
         serde_saphyr::from_str(text).map_err(|e| e.to_string())
     }
 
-    /// Override settings with the flags that were given.
-    pub fn apply(&mut self, flags: &Flags) {
-        fn set<T: Clone>(target: &mut T, flag: &Option<T>) {
-            if let Some(v) = flag {
-                *target = v.clone();
-            }
-        }
-        fn set_f64(target: &mut f64, flag: Option<f64>) {
-            if let Some(v) = flag {
-                *target = v;
-            }
-        }
-        fn set_opt<T: Clone>(target: &mut Option<T>, flag: &Option<T>) {
-            if flag.is_some() {
-                *target = flag.clone();
-            }
-        }
-        set(&mut self.listen, &flags.listen);
-        set_opt(&mut self.admin_listen, &flags.admin_listen);
-        set(&mut self.mode, &flags.mode);
-        set_f64(
-            &mut self.quota.bytes_per_second,
-            flags.quota_bytes_per_second,
-        );
-        set_f64(&mut self.quota.burst_bytes, flags.quota_burst_bytes);
-        set_f64(&mut self.quota.max_wait_seconds, flags.max_wait);
-        if !flags.upstreams.is_empty() {
-            self.upstream.urls = flags.upstreams.clone();
-        }
-        set_opt(&mut self.upstream.ca_file, &flags.upstream_ca);
-        set_opt(&mut self.upstream.kubeconfig, &flags.upstream_kubeconfig);
-        set_opt(&mut self.tls.cert_file, &flags.tls_cert);
-        set_opt(&mut self.tls.key_file, &flags.tls_key);
-        set_opt(&mut self.tls.client_ca_file, &flags.client_ca);
-        set_opt(
-            &mut self.upstream.front_proxy_cert_file,
-            &flags.front_proxy_cert,
-        );
-        set_opt(
-            &mut self.upstream.front_proxy_key_file,
-            &flags.front_proxy_key,
-        );
-        set_opt(
-            &mut self.upstream.client_cert_file,
-            &flags.upstream_client_cert,
-        );
-        set_opt(
-            &mut self.upstream.client_key_file,
-            &flags.upstream_client_key,
-        );
-    }
-
     /// Checks that need no files: pairs given together, numbers in range, URLs.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, reason: &str| {
-            Err(ConfigError::Invalid {
-                field,
-                reason: reason.to_string(),
-            })
-        };
+        self.validate_upstream_urls()?;
+        self.validate_pairs()?;
+        self.validate_numbers()?;
+        self.lanes
+            .validate()
+            .and_then(|()| self.quota.validate())
+            .and_then(|()| self.relist_guard.validate())
+            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })
+    }
+
+    fn validate_upstream_urls(&self) -> Result<(), ConfigError> {
         if self.upstream.urls.is_empty() {
             return invalid(
                 "upstream.urls",
@@ -513,6 +366,11 @@ impl Config {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Files that only work together: both or neither.
+    fn validate_pairs(&self) -> Result<(), ConfigError> {
         let pair = |a: &Option<PathBuf>, b: &Option<PathBuf>| a.is_some() == b.is_some();
         if !pair(&self.tls.cert_file, &self.tls.key_file) {
             return invalid("tls.certFile/keyFile", "give both or neither");
@@ -538,6 +396,10 @@ impl Config {
         ) {
             return invalid("upstream.clientCertFile/KeyFile", "give both or neither");
         }
+        Ok(())
+    }
+
+    fn validate_numbers(&self) -> Result<(), ConfigError> {
         let positive = [
             (
                 "upstream.healthCheck.intervalSeconds",
@@ -583,14 +445,34 @@ impl Config {
         if self.patterns.capacity == 0 {
             return invalid("patterns.capacity", "must be at least 1");
         }
-        self.lanes
-            .validate()
-            .and_then(|()| self.quota.validate())
-            .and_then(|()| self.relist_guard.validate())
-            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })
+        Ok(())
+    }
+}
+
+/// The running configuration, replaced whole by a reload; each reader takes
+/// an `Arc` of the version it started with (one per request).
+#[derive(Debug)]
+pub struct Current(RwLock<Arc<Config>>);
+
+impl Current {
+    pub fn new(config: Config) -> Current {
+        Current(RwLock::new(Arc::new(config)))
+    }
+
+    pub fn get(&self) -> Arc<Config> {
+        self.0
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    pub fn set(&self, config: Config) {
+        match self.0.write() {
+            Ok(mut c) => *c = Arc::new(config),
+            Err(e) => *e.into_inner() = Arc::new(config),
+        }
     }
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

@@ -1,0 +1,129 @@
+//! The command-line flags that override the file's settings, each with
+//! its default in its help.
+
+use std::path::PathBuf;
+
+use super::{Config, Mode};
+
+/// Flags; each one given overrides the file.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Flags {
+    /// YAML configuration file; flags override its settings [default: none, built-in defaults]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address clients connect to [default: 0.0.0.0:6443]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// apiserver URL; repeat for several (least outstanding requests) [default: none, required]
+    #[arg(long = "upstream", value_name = "URL")]
+    pub upstreams: Vec<String>,
+    /// kubeconfig giving the apiserver address, its CA and tollgate's own identity (health checks and scraping only) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_kubeconfig: Option<PathBuf>,
+    /// CA bundle (PEM) verifying the apiservers' serving certificates [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
+    /// Serving certificate (PEM); with --tls-key turns on TLS toward clients [default: none, plain HTTP]
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving private key (PEM) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) verifying client certificates [default: none, certificates not requested]
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// Front-proxy client certificate presented to the apiserver with X-Remote-* headers [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub front_proxy_cert: Option<PathBuf>,
+    /// Front-proxy private key [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub front_proxy_key: Option<PathBuf>,
+    /// tollgate's own client certificate, for health checks only [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_client_cert: Option<PathBuf>,
+    /// tollgate's own private key, for health checks only [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub upstream_client_key: Option<PathBuf>,
+    /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns) [default: 127.0.0.1:9443]
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+    /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+    /// Refill rate of the byte-cost quota pool, bytes per second (quota.bytesPerSecond) [default: 268435456]
+    #[arg(long, value_name = "BYTES")]
+    pub quota_bytes_per_second: Option<f64>,
+    /// Most bytes the quota pool holds (quota.burstBytes) [default: 1073741824]
+    #[arg(long, value_name = "BYTES")]
+    pub quota_burst_bytes: Option<f64>,
+    /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub max_wait: Option<f64>,
+}
+
+/// `10`, `2.5`, `10s` or `500ms` as seconds.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let (number, scale) = match s.strip_suffix("ms") {
+        Some(n) => (n, 0.001),
+        None => (s.strip_suffix('s').unwrap_or(s), 1.0),
+    };
+    let v: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    Ok(v * scale)
+}
+
+impl Config {
+    /// Override settings with the flags that were given.
+    pub fn apply(&mut self, flags: &Flags) {
+        fn set<T: Clone>(target: &mut T, flag: &Option<T>) {
+            if let Some(v) = flag {
+                *target = v.clone();
+            }
+        }
+        fn set_f64(target: &mut f64, flag: Option<f64>) {
+            if let Some(v) = flag {
+                *target = v;
+            }
+        }
+        fn set_opt<T: Clone>(target: &mut Option<T>, flag: &Option<T>) {
+            if flag.is_some() {
+                *target = flag.clone();
+            }
+        }
+        set(&mut self.listen, &flags.listen);
+        set_opt(&mut self.admin_listen, &flags.admin_listen);
+        set(&mut self.mode, &flags.mode);
+        set_f64(
+            &mut self.quota.bytes_per_second,
+            flags.quota_bytes_per_second,
+        );
+        set_f64(&mut self.quota.burst_bytes, flags.quota_burst_bytes);
+        set_f64(&mut self.quota.max_wait_seconds, flags.max_wait);
+        if !flags.upstreams.is_empty() {
+            self.upstream.urls = flags.upstreams.clone();
+        }
+        set_opt(&mut self.upstream.ca_file, &flags.upstream_ca);
+        set_opt(&mut self.upstream.kubeconfig, &flags.upstream_kubeconfig);
+        set_opt(&mut self.tls.cert_file, &flags.tls_cert);
+        set_opt(&mut self.tls.key_file, &flags.tls_key);
+        set_opt(&mut self.tls.client_ca_file, &flags.client_ca);
+        set_opt(
+            &mut self.upstream.front_proxy_cert_file,
+            &flags.front_proxy_cert,
+        );
+        set_opt(
+            &mut self.upstream.front_proxy_key_file,
+            &flags.front_proxy_key,
+        );
+        set_opt(
+            &mut self.upstream.client_cert_file,
+            &flags.upstream_client_cert,
+        );
+        set_opt(
+            &mut self.upstream.client_key_file,
+            &flags.upstream_client_key,
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! The forward step: the request's headers rewritten for the apiserver
+//! (hop-by-hop removed, identity headers set), sent to the least busy
+//! upstream ([`send`]: once more on another upstream if the first cannot be
+//! reached and the request has no body), the response's headers cleaned, and
+//! an upgraded connection (exec, attach, port-forward) carried both ways by
+//! a tunnel ([`Tunnels`]).
+//! - [`pool`]: the upstreams, their health, and tollgate's own requests.
+//! - [`h2_spread`]: the HTTP/2 clients, spread so no connection carries
+//!   more streams than the apiserver allows.
+//! - [`hop`]: hop-by-hop headers and upgrades.
+
+mod h2_spread;
+mod hop;
+mod pool;
+
+use std::time::Duration;
+
+use http::header::HOST;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::counter::Counter;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::context::RequestCtx;
+use crate::identity::rewrite_identity_headers;
+use crate::status::{self, ProxyError};
+use crate::Body;
+
+pub use h2_spread::StreamSlot;
+pub use hop::{is_upgrade, strip_hop_by_hop};
+pub use pool::{Outstanding, SendError, Upstream, UpstreamPool};
+
+/// The response header saying a consistent LIST was served from the cache
+/// (rewritten by the relist guard's policy, see [`crate::admit::rewrite_to_cache`]).
+pub const REWRITE_HEADER: &str = "x-tollgate-rewritten";
+
+/// What came back from the upstream.
+pub enum Forwarded {
+    /// A response whose body streams on, holding its upstream slot until it ends.
+    Stream(Response<Incoming>, Outstanding),
+    /// The connection was upgraded and a tunnel carries it; this is the head to answer.
+    Upgraded(Response<Body>),
+}
+
+/// Where upgraded connections run: in the drain's task tracker, closed at
+/// its hard stop, counted.
+#[derive(Debug, Clone)]
+pub struct Tunnels {
+    pub tasks: TaskTracker,
+    pub hard_stop: CancellationToken,
+    /// `tollgate_upgrades`.
+    pub upgrades: Counter,
+}
+
+/// The forward step.
+pub async fn forward(
+    pool: &UpstreamPool,
+    tunnels: &Tunnels,
+    mut req: Request<Incoming>,
+    ctx: &RequestCtx,
+) -> Result<Forwarded, ProxyError> {
+    let on_client_upgrade = ctx.upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers, ctx.upgrade);
+    let identity = &ctx.client.identity;
+    rewrite_identity_headers(&mut parts.headers, identity, pool.has_front_proxy());
+    parts.headers.remove(HOST);
+    let front_proxy = identity.needs_front_proxy() && pool.has_front_proxy();
+    // A request without a body can be sent again if the upstream cannot be reached.
+    let replay = (body.is_end_stream() && pool.upstreams().len() > 1).then(|| {
+        (
+            parts.method.clone(),
+            parts.uri.clone(),
+            parts.headers.clone(),
+        )
+    });
+    let timeout =
+        (!ctx.long_running()).then(|| Duration::from_secs_f64(ctx.config.timeouts.request_seconds));
+    let outbound = Request::from_parts(parts, body.boxed());
+    let (mut resp, outstanding) =
+        send(pool, outbound, replay, front_proxy, ctx.upgrade, timeout).await?;
+    if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side)) = (resp.status(), on_client_upgrade)
+    {
+        let upstream_side = hyper::upgrade::on(&mut resp);
+        tunnels.open(client_side, upstream_side, outstanding);
+        let (mut parts, _) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers, true);
+        let head = Response::from_parts(parts, status::full(bytes::Bytes::new()));
+        return Ok(Forwarded::Upgraded(head));
+    }
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    if ctx.rewritten {
+        parts.headers.insert(
+            REWRITE_HEADER,
+            HeaderValue::from_static("resourceVersion=0"),
+        );
+    }
+    Ok(Forwarded::Stream(
+        Response::from_parts(parts, body),
+        outstanding,
+    ))
+}
+
+/// Pick the least busy upstream and send; if it cannot be reached, eject
+/// it and, for a request without a body (`replay`), try another one once.
+/// `timeout` bounds the wait for response headers.
+async fn send(
+    pool: &UpstreamPool,
+    mut outbound: Request<Body>,
+    replay: Option<(http::Method, http::Uri, http::HeaderMap)>,
+    front_proxy: bool,
+    upgrade: bool,
+    timeout: Option<Duration>,
+) -> Result<(Response<Incoming>, Outstanding), ProxyError> {
+    let mut avoid = None;
+    loop {
+        let mut outstanding = pool.pick(avoid.as_ref()).ok_or(ProxyError::NoUpstream)?;
+        let upstream = outstanding.upstream().clone();
+        let retry = replay.as_ref().map(|(m, u, h)| {
+            let mut r = Request::new(status::full(bytes::Bytes::new()));
+            *r.method_mut() = m.clone();
+            *r.uri_mut() = u.clone();
+            *r.headers_mut() = h.clone();
+            r
+        });
+        let sent = pool.send(&mut outstanding, outbound, front_proxy, upgrade);
+        let result = match timeout {
+            Some(t) => tokio::time::timeout(t, sent)
+                .await
+                .map_err(|_| ProxyError::Timeout {
+                    upstream: upstream.url.clone(),
+                    seconds: t.as_secs_f64(),
+                })?,
+            None => sent.await,
+        };
+        let e = match result {
+            Ok(resp) => return Ok((resp, outstanding)),
+            Err(SendError::Build(e)) => return Err(ProxyError::Build(e)),
+            Err(SendError::Client(e)) => e,
+        };
+        if !e.is_connect() {
+            return Err(ProxyError::Upstream {
+                upstream: upstream.url.clone(),
+                source: e,
+            });
+        }
+        pool.eject(&upstream);
+        match (retry, avoid.is_none() && pool.upstreams().len() > 1) {
+            (Some(r), true) => {
+                tracing::debug!(upstream = %upstream.url, "retrying on another upstream");
+                outbound = r;
+                avoid = Some(upstream);
+            }
+            _ => {
+                return Err(ProxyError::Upstream {
+                    upstream: upstream.url.clone(),
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+impl Tunnels {
+    /// Carry an upgraded connection both ways until either side closes or
+    /// the drain's hard stop.
+    fn open(&self, client: OnUpgrade, upstream: OnUpgrade, outstanding: Outstanding) {
+        self.upgrades.inc();
+        let stop = self.hard_stop.clone();
+        self.tasks.spawn(async move {
+            let _outstanding = outstanding;
+            let (client, upstream) = match tokio::join!(client, upstream) {
+                (Ok(c), Ok(u)) => (c, u),
+                (c, u) => {
+                    tracing::debug!(client = ?c.err(), upstream = ?u.err(), "upgrade failed");
+                    return;
+                }
+            };
+            let mut client = TokioIo::new(client);
+            let mut upstream = TokioIo::new(upstream);
+            tokio::select! {
+                r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+                    tracing::debug!(result = ?r, "upgraded stream closed");
+                }
+                _ = stop.cancelled() => {}
+            }
+        });
+    }
+}

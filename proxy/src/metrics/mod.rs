@@ -1,0 +1,434 @@
+//! Every metric tollgate exports: the families (names `tollgate_*`, bounded
+//! labels only: verbs, codes, lanes, pattern classes, configured upstream
+//! URLs, resource types), their label sets, and handles that skip the family
+//! lookup on the hot path ([`series`]). Registered in a registry passed down
+//! from the gateway, never global. Each step records its own metrics: admit
+//! (decisions, queue waits, debits, 429s, cache rewrites), forward
+//! (upgrades), observe (requests, bytes, durations, errors, reconciliation,
+//! prediction accuracy), the scrape (object counts); the gauges of state are
+//! refreshed when `/metrics` is encoded ([`Metrics::refresh`]).
+
+mod series;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+pub use series::{PerClass, PerVerb};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbCode {
+    pub verb: &'static str,
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabel {
+    pub verb: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub verb: &'static str,
+    pub consistency: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    pub upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabel {
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+/// One admission decision, by pattern class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabel {
+    pub mode: &'static str,
+    pub lane: &'static str,
+    pub verb: &'static str,
+    pub consistency: &'static str,
+    pub decision: &'static str,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LaneLabel {
+    pub lane: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabel {
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnitLabel {
+    pub unit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabel {
+    pub direction: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric tollgate exports.
+#[derive(Debug)]
+pub struct Metrics {
+    pub requests: Family<VerbCode, Counter>,
+    pub response_bytes: Family<VerbLabel, Counter>,
+    pub duration: HistogramFamily<VerbLabel>,
+    pub inflight: Gauge,
+    pub errors: Family<SourceLabel, Counter>,
+    pub predicted_bytes: Family<ClassLabel, Counter>,
+    pub actual_bytes: Family<ClassLabel, Counter>,
+    pub prediction_ratio: HistogramFamily<ClassLabel>,
+    pub patterns: Gauge,
+    pub upstream_healthy: Family<UpstreamLabel, Gauge>,
+    pub upstream_outstanding: Family<UpstreamLabel, Gauge>,
+    pub upgrades: Counter,
+    pub reloads: Family<ResultLabel, Counter>,
+    pub resource_objects: Family<ResourceLabel, Gauge>,
+    pub decisions: Family<DecisionLabel, Counter>,
+    pub lane_inflight: Family<LaneLabel, Gauge>,
+    pub queue_wait: HistogramFamily<LaneLabel>,
+    pub queued: Gauge,
+    pub quota_available: Gauge,
+    pub quota_rate: Gauge,
+    pub quota_burst: Gauge,
+    pub quota_debited: Counter,
+    pub quota_reconciled: Family<DirectionLabel, Counter>,
+    pub guard_active: Gauge,
+    pub guard_triggers: Family<CauseLabel, Counter>,
+    pub cluster_size: Family<UnitLabel, Gauge>,
+    pub rewrites: Counter,
+    /// Handles into `requests` (code 200), `response_bytes` and `duration` per verb.
+    pub per_verb: PerVerb,
+    /// Handles into `predicted_bytes`, `actual_bytes` and `prediction_ratio` per class.
+    pub per_class: PerClass,
+}
+
+impl Metrics {
+    /// Create the metrics and register them in `registry`.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        fn latency() -> Histogram {
+            Histogram::new(exponential_buckets(0.001, 2.0, 17))
+        }
+        fn ratio() -> Histogram {
+            Histogram::new(exponential_buckets(0.125, 2.0, 8))
+        }
+        let m = Metrics {
+            requests: Family::default(),
+            response_bytes: Family::default(),
+            duration: Family::new_with_constructor(latency),
+            inflight: Gauge::default(),
+            errors: Family::default(),
+            predicted_bytes: Family::default(),
+            actual_bytes: Family::default(),
+            prediction_ratio: Family::new_with_constructor(ratio),
+            patterns: Gauge::default(),
+            upstream_healthy: Family::default(),
+            upstream_outstanding: Family::default(),
+            upgrades: Counter::default(),
+            reloads: Family::default(),
+            resource_objects: Family::default(),
+            decisions: Family::default(),
+            lane_inflight: Family::default(),
+            queue_wait: Family::new_with_constructor(latency),
+            queued: Gauge::default(),
+            quota_available: Gauge::default(),
+            quota_rate: Gauge::default(),
+            quota_burst: Gauge::default(),
+            quota_debited: Counter::default(),
+            quota_reconciled: Family::default(),
+            guard_active: Gauge::default(),
+            guard_triggers: Family::default(),
+            cluster_size: Family::default(),
+            rewrites: Counter::default(),
+            per_verb: PerVerb::default(),
+            per_class: PerClass::default(),
+        };
+        // Units go through `register_with_unit`, which appends the unit to the name (so the
+        // exported names end in `_seconds`, `_bytes`, `_ratio`, …) and writes OpenMetrics'
+        // `# UNIT` line: a scraper can tell bytes from seconds without reading the help.
+        m.register_requests(registry);
+        m.register_prediction(registry);
+        m.register_upstreams(registry);
+        m.register_admission(registry);
+        m
+    }
+
+    /// Requests, their bytes and durations, and errors tollgate answered itself.
+    fn register_requests(&self, r: &mut Registry) {
+        r.register(
+            "tollgate_requests",
+            "Requests forwarded or answered, by verb and HTTP status code",
+            self.requests.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_response",
+            "Response body bytes sent to clients (as on the wire), by verb",
+            Unit::Bytes,
+            self.response_bytes.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_request_duration",
+            "Seconds from request to the end of its response, by verb (watches and connects excluded)",
+            Unit::Seconds,
+            self.duration.clone(),
+        );
+        r.register(
+            "tollgate_inflight_requests",
+            "Requests whose response has not ended",
+            self.inflight.clone(),
+        );
+        r.register(
+            "tollgate_errors",
+            "Requests tollgate answered itself with an error, by side (downstream, upstream, internal)",
+            self.errors.clone(),
+        );
+    }
+
+    /// Prediction accuracy and the pattern cache.
+    fn register_prediction(&self, r: &mut Registry) {
+        let ratio = || Unit::Other("ratio".into());
+        r.register_with_unit(
+            "tollgate_predicted",
+            "Predicted response bytes at admission, by pattern verb and consistency",
+            Unit::Bytes,
+            self.predicted_bytes.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_actual",
+            "Actual response bytes (uncompressed estimate), by pattern verb and consistency",
+            Unit::Bytes,
+            self.actual_bytes.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_prediction",
+            "Actual over predicted response bytes per request (1: exact), by pattern verb and consistency",
+            ratio(),
+            self.prediction_ratio.clone(),
+        );
+        r.register(
+            "tollgate_patterns",
+            "Patterns in the pattern cache (bounded by patterns.capacity)",
+            self.patterns.clone(),
+        );
+    }
+
+    /// The upstreams, upgrades, reloads and what the scrape learned.
+    fn register_upstreams(&self, r: &mut Registry) {
+        r.register(
+            "tollgate_upstream_healthy",
+            "1 if the upstream is in rotation, 0 if its health checks fail (one series per configured upstream URL)",
+            self.upstream_healthy.clone(),
+        );
+        r.register(
+            "tollgate_upstream_outstanding_requests",
+            "Requests outstanding on the upstream (one series per configured upstream URL)",
+            self.upstream_outstanding.clone(),
+        );
+        r.register(
+            "tollgate_upgrades",
+            "Connection upgrades (exec, attach, port-forward) carried",
+            self.upgrades.clone(),
+        );
+        r.register(
+            "tollgate_config_reloads",
+            "Configuration reloads, by result (ok, error)",
+            self.reloads.clone(),
+        );
+        r.register(
+            "tollgate_resource_objects",
+            "Objects per resource as last scraped from the apiserver's metrics (one series per resource type the apiserver reports)",
+            self.resource_objects.clone(),
+        );
+    }
+
+    /// Admission: decisions, lanes, queues, the quota pool, the relist guard, scaling.
+    fn register_admission(&self, r: &mut Registry) {
+        let bytes_per_second = || Unit::Other("bytes_per_second".into());
+        r.register(
+            "tollgate_decisions",
+            "Admission decisions (in dryRun: what enforcement would have done), by mode, lane, pattern verb and consistency, decision (admit, queue, reject) and reason",
+            self.decisions.clone(),
+        );
+        r.register(
+            "tollgate_lane_inflight_requests",
+            "Requests holding an in-flight slot, by lane",
+            self.lane_inflight.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_queue_wait",
+            "Seconds admitted requests waited for a slot or the quota pool, by lane",
+            Unit::Seconds,
+            self.queue_wait.clone(),
+        );
+        r.register(
+            "tollgate_quota_queued_requests",
+            "Heavy requests waiting in the fair queues",
+            self.queued.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_quota_available",
+            "Bytes in the quota pool (negative: debt)",
+            Unit::Bytes,
+            self.quota_available.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_quota_rate",
+            "Effective refill rate of the quota pool in bytes per second (scaling and relist guard applied)",
+            bytes_per_second(),
+            self.quota_rate.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_quota_burst",
+            "Effective capacity of the quota pool in bytes (scaling and relist guard applied)",
+            Unit::Bytes,
+            self.quota_burst.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_quota_debited",
+            "Predicted bytes debited from the quota pool at admission",
+            Unit::Bytes,
+            self.quota_debited.clone(),
+        );
+        r.register_with_unit(
+            "tollgate_quota_reconciled",
+            "Bytes settled when responses ended, by direction (refund: cost less than debited; debt: more)",
+            Unit::Bytes,
+            self.quota_reconciled.clone(),
+        );
+        r.register(
+            "tollgate_relist_guard_active",
+            "1 while the relist-storm guard ramps heavy admission after an upstream came back",
+            self.guard_active.clone(),
+        );
+        r.register(
+            "tollgate_relist_guard_triggers",
+            "Warm-ups started by the relist-storm guard, by cause (recovered, restarted)",
+            self.guard_triggers.clone(),
+        );
+        r.register(
+            "tollgate_cluster_size",
+            "Cluster size for the pool's scaling, by unit (nodes, containers)",
+            self.cluster_size.clone(),
+        );
+        r.register(
+            "tollgate_cache_rewrites",
+            "Consistent LISTs rewritten to resourceVersion=0 by the relist guard's policy",
+            self.rewrites.clone(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The README's metrics table lists exactly what `/metrics` exports.
+    #[test]
+    fn the_readme_lists_every_metric_and_no_other() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        // Families without a sample are not exported: give each one.
+        let (verb, lane) = ("list", "heavy");
+        m.requests
+            .get_or_create(&VerbCode { verb, code: 200 })
+            .inc();
+        m.response_bytes.get_or_create(&VerbLabel { verb }).inc();
+        m.duration.get_or_create(&VerbLabel { verb }).observe(1.0);
+        m.errors
+            .get_or_create(&SourceLabel { source: "upstream" })
+            .inc();
+        let class = ClassLabel {
+            verb,
+            consistency: "cache",
+        };
+        m.predicted_bytes.get_or_create(&class).inc();
+        m.actual_bytes.get_or_create(&class).inc();
+        m.prediction_ratio.get_or_create(&class).observe(1.0);
+        let upstream = UpstreamLabel {
+            upstream: "u".into(),
+        };
+        m.upstream_healthy.get_or_create(&upstream).set(1);
+        m.upstream_outstanding.get_or_create(&upstream).set(1);
+        m.reloads
+            .get_or_create(&ResultLabel {
+                result: "ok".into(),
+            })
+            .inc();
+        m.resource_objects
+            .get_or_create(&ResourceLabel {
+                resource: "pods".into(),
+            })
+            .set(1);
+        m.decisions
+            .get_or_create(&DecisionLabel {
+                mode: "enforce",
+                lane,
+                verb,
+                consistency: "cache",
+                decision: "admit",
+                reason: "pool",
+            })
+            .inc();
+        m.lane_inflight.get_or_create(&LaneLabel { lane }).set(1);
+        m.queue_wait.get_or_create(&LaneLabel { lane }).observe(1.0);
+        m.quota_reconciled
+            .get_or_create(&DirectionLabel {
+                direction: "refund",
+            })
+            .inc();
+        m.guard_triggers
+            .get_or_create(&CauseLabel { cause: "restarted" })
+            .inc();
+        m.cluster_size
+            .get_or_create(&UnitLabel { unit: "nodes" })
+            .set(1);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        let exported: BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| {
+                let (name, kind) = l.split_once(' ')?;
+                Some(match kind {
+                    "counter" => format!("{name}_total"),
+                    _ => name.to_string(),
+                })
+            })
+            .collect();
+        let readme = include_str!("../../README.md");
+        let section = readme
+            .split("## Metrics")
+            .nth(1)
+            .expect("a Metrics section");
+        let documented: BTreeSet<String> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `tollgate_"))
+            .filter_map(|l| l.split('`').next())
+            .map(|n| format!("tollgate_{n}"))
+            .collect();
+        assert_eq!(exported, documented);
+    }
+}
