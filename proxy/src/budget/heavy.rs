@@ -3,6 +3,12 @@
 //! two controller steps. Pure: time is passed in; admission keeps it
 //! behind its lock, the control loop calls [`HeavyBudget::step`].
 //!
+//! The signal is the protected lanes' latency (heartbeats, leases, system
+//! and exempt requests); where too few of those pass through tollgate (the
+//! kubelets talk to the apiserver directly), the light requests of the
+//! `workload` lane stand in, each against its own baseline. With neither,
+//! the controller holds.
+//!
 //! In `static` mode the rate and in-flight budget are the configured ones
 //! and the controller does not move; the signal and the target are still
 //! measured and shown, so an operator can see what `adaptive` would do.
@@ -42,6 +48,8 @@ pub struct HeavyBudget {
     ceilings: Ceilings,
     inflight: InflightBudget,
     signal: Signal,
+    /// Light `workload` requests: the signal when protected ones are too few.
+    fallback: Signal,
     controller: Controller,
     /// Since the last step.
     admitted: f64,
@@ -55,13 +63,23 @@ pub struct HeavyBudget {
 #[serde(rename_all = "camelCase")]
 pub struct BudgetView {
     pub mode: &'static str,
+    /// The rate the budget sets (before the relist guard's ramp).
     pub bytes_per_second: f64,
     pub burst_bytes: f64,
+    /// The in-flight budget in force (the relist guard's ramp applied).
     pub inflight_bytes: f64,
+    /// Predicted bytes of the heavy requests in flight.
     pub inflight_used_bytes: f64,
     pub inflight_requests: usize,
+    /// Unlearned heavy-looking patterns with their one request in flight.
+    pub unlearned_inflight: usize,
     pub target_seconds: f64,
+    /// `protected` or `workload`: whose latency steers the budget now.
+    pub signal_source: &'static str,
+    /// That signal's p99, seconds (`None`: too few samples).
+    pub p99_seconds: Option<f64>,
     pub signal: SignalView,
+    pub workload_signal: SignalView,
     pub controller: ControllerView,
 }
 
@@ -75,6 +93,7 @@ impl HeavyBudget {
             ceilings,
             inflight: InflightBudget::new(0.0),
             signal: Signal::new(),
+            fallback: Signal::new(),
             controller,
             admitted: 0.0,
             waited: false,
@@ -152,6 +171,7 @@ impl HeavyBudget {
         if ok {
             self.admitted += bytes;
             self.signal.set_heavy_busy(true, now);
+            self.fallback.set_heavy_busy(true, now);
         }
         ok
     }
@@ -170,6 +190,7 @@ impl HeavyBudget {
         }
         if self.inflight.count() == 0 {
             self.signal.set_heavy_busy(false, now);
+            self.fallback.set_heavy_busy(false, now);
         }
     }
 
@@ -178,22 +199,35 @@ impl HeavyBudget {
         self.signal.record(latency, started, now);
     }
 
+    /// A light request of the `workload` lane took `latency`.
+    pub fn record_workload(&mut self, latency: Duration, started: Instant, now: Instant) {
+        self.fallback.record(latency, started, now);
+    }
+
     /// The apiserver answered 429 or 5xx.
     pub fn note_upstream_error(&mut self) {
         self.upstream_errors += 1;
     }
 
-    /// The target at `now`.
-    pub fn target(&mut self, now: Instant) -> Duration {
-        let baseline = self.signal.baseline(now);
-        self.adaptive.target(baseline)
+    /// The signal at `now`: `(source, p99, target)`, the protected lanes'
+    /// if they have enough samples, else the workload lane's.
+    pub fn signal(&mut self, now: Instant) -> (&'static str, Option<Duration>, Duration) {
+        if let Some((p99, _, _)) = self.signal.p99(now) {
+            let target = self.adaptive.target(self.signal.baseline(now));
+            return ("protected", Some(p99), target);
+        }
+        if let Some((p99, _, _)) = self.fallback.p99(now) {
+            let target = self.adaptive.target(self.fallback.baseline(now));
+            return ("workload", Some(p99), target);
+        }
+        let target = self.adaptive.target(self.signal.baseline(now));
+        ("protected", None, target)
     }
 
     /// One controller step: returns what it did (static mode: nothing) and
     /// the new limits to apply.
     pub fn step(&mut self, now: Instant) -> (Option<Action>, Limits) {
-        let target = self.target(now);
-        let p99 = self.signal.p99(now).map(|p| p.0);
+        let (_, p99, target) = self.signal(now);
         let window = self.inflight.take_window();
         let o = Observation {
             p99,
@@ -234,16 +268,20 @@ impl HeavyBudget {
 
     pub fn view(&mut self, now: Instant) -> BudgetView {
         let limits = self.limits();
-        let target = self.target(now);
+        let (source, p99, target) = self.signal(now);
         BudgetView {
+            p99_seconds: p99.map(|p| p.as_secs_f64()),
             mode: self.mode.as_str(),
             bytes_per_second: limits.rate,
             burst_bytes: limits.burst,
             inflight_bytes: self.inflight.budget(),
             inflight_used_bytes: self.inflight.used(),
             inflight_requests: self.inflight.count(),
+            unlearned_inflight: 0,
             target_seconds: target.as_secs_f64(),
+            signal_source: source,
             signal: self.signal.view(now),
+            workload_signal: self.fallback.view(now),
             controller: self.controller.view(now),
         }
     }
@@ -325,6 +363,28 @@ mod tests {
         assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
         let v = b.view(now);
         assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));
-        assert_eq!(v.target_seconds, 0.05);
+        assert_eq!((v.target_seconds, v.signal_source), (0.05, "protected"));
+    }
+
+    #[test]
+    fn workload_requests_stand_in_for_missing_protected_ones() {
+        let t0 = Instant::now();
+        let mut b = HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
+        let mut now = t0;
+        assert_eq!(
+            b.signal(now),
+            ("protected", None, ms(50)),
+            "no signal: the floor"
+        );
+        for _ in 0..40 {
+            now += ms(50);
+            b.record_workload(ms(80), now - ms(80), now);
+        }
+        assert_eq!(b.signal(now), ("workload", Some(ms(80)), ms(50)));
+        for _ in 0..40 {
+            now += ms(50);
+            b.record_protected(ms(7), now - ms(7), now);
+        }
+        assert_eq!(b.signal(now), ("protected", Some(ms(7)), ms(50)));
     }
 }

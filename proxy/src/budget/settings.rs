@@ -18,14 +18,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::enforce::settings::Invalid;
+use crate::enforce::settings::{positive, Invalid};
 
 /// `quota.inflightBytes`'s default: 1 GiB, what the pool's default burst
 /// lets through at once.
 pub const DEFAULT_INFLIGHT_BYTES: f64 = 1_073_741_824.0;
 
 /// How the heavy lane's budget is set.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "camelCase")]
 pub enum QuotaMode {
     /// `quota.bytesPerSecond`, `quota.burstBytes` and `quota.inflightBytes`
@@ -187,19 +187,6 @@ impl Adaptive {
     }
 }
 
-/// `quota.inflightBytes`.
-pub fn validate_inflight_bytes(v: f64) -> Result<(), Invalid> {
-    positive("quota.inflightBytes", v)
-}
-
-fn positive(field: &'static str, v: f64) -> Result<(), Invalid> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
-        Err((field, format!("must be a positive number, got {v}")))
-    }
-}
-
 fn at_least(field: &'static str, v: f64, min: f64, min_name: &str) -> Result<(), Invalid> {
     if v.is_finite() && v >= min {
         Ok(())
@@ -342,10 +329,6 @@ mod tests {
         assert_eq!(
             field("intervalSeconds: 0\n"),
             Err("quota.adaptive.intervalSeconds")
-        );
-        assert_eq!(
-            validate_inflight_bytes(-1.0).map_err(|e| e.0),
-            Err("quota.inflightBytes")
         );
     }
 
