@@ -18,10 +18,13 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::adaptive::{Action, Controller, ControllerView, Observation, TURNOVER};
+use super::adaptive::{Action, Controller, ControllerView, Observation};
 use super::inflight::InflightBudget;
 use super::settings::{Adaptive, QuotaMode};
 use super::signal::{Signal, SignalView};
+
+/// The adaptive pool's burst, in seconds of its rate.
+pub const BURST: Duration = Duration::from_secs(1);
 
 /// The static values the budget is bounded by (after cluster-size
 /// scaling): `quota.bytesPerSecond`, `quota.burstBytes`, `quota.inflightBytes`.
@@ -124,8 +127,9 @@ impl HeavyBudget {
     }
 
     /// The pool's rate and burst and the in-flight budget, before the
-    /// relist guard's factor. Adaptive: the burst is what the rate admits
-    /// in one turnover, under the static burst.
+    /// relist guard's factor. Adaptive: the burst is one second of the
+    /// rate (under the static burst), so after a pause the in-flight
+    /// budget fills at the rate, not at once.
     pub fn limits(&self) -> Limits {
         match self.mode {
             QuotaMode::Static => Limits {
@@ -137,7 +141,7 @@ impl HeavyBudget {
                 let rate = self.controller.rate();
                 Limits {
                     rate,
-                    burst: (rate * TURNOVER.as_secs_f64()).min(self.ceilings.burst),
+                    burst: (rate * BURST.as_secs_f64()).min(self.ceilings.burst),
                     inflight: self.controller.inflight(),
                 }
             }
@@ -334,7 +338,7 @@ mod tests {
             b.limits(),
             Limits {
                 rate: 1.0 * MB,
-                burst: 4.0 * MB,
+                burst: 1.0 * MB,
                 inflight: 8.0 * MB
             }
         );

@@ -362,6 +362,50 @@ impl Metrics {
     }
 }
 
+/// The budget's gauges (see [`crate::budget`]).
+fn register_budget(m: &Metrics, r: &mut Registry) {
+    r.register_with_unit(
+        "tollgate_budget",
+        "Heavy-lane rate the budget sets in bytes per second (adaptive: the controller's; static: as configured and scaled), before the relist guard's ramp",
+        Unit::Other("bytes_per_second".into()),
+        m.budget_rate.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_inflight",
+        "Heavy-lane in-flight budget in predicted bytes (relist guard applied)",
+        Unit::Bytes,
+        m.budget_inflight.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_inflight_used",
+        "Predicted bytes of the heavy requests in flight",
+        Unit::Bytes,
+        m.budget_inflight_used.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_signal",
+        "Short-window p99 latency of the protected lanes (or the workload lane standing in) steering the budget; NaN with too few samples",
+        Unit::Seconds,
+        m.budget_signal.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_target",
+        "The p99 the budget keeps the signal within (adaptive.target)",
+        Unit::Seconds,
+        m.budget_target.clone(),
+    );
+    r.register(
+        "tollgate_budget_unlearned_patterns",
+        "Unlearned heavy-looking patterns with their one request in flight",
+        m.budget_unlearned.clone(),
+    );
+    r.register(
+        "tollgate_scrape_failures",
+        "Failed scrapes of the apiserver's /metrics, by reason (forbidden, unauthorized, noIdentity, error): the priors and the restart detection go without",
+        m.scrape_failures.clone(),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +471,9 @@ mod tests {
         m.cluster_size
             .get_or_create(&UnitLabel { unit: "nodes" })
             .set(1);
+        m.scrape_failures
+            .get_or_create(&ReasonLabel { reason: "forbidden" })
+            .inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         let exported: BTreeSet<String> = text
@@ -453,48 +500,4 @@ mod tests {
             .collect();
         assert_eq!(exported, documented);
     }
-}
-
-/// The budget's gauges (see [`crate::budget`]).
-fn register_budget(m: &Metrics, r: &mut Registry) {
-    r.register_with_unit(
-        "tollgate_budget",
-        "Heavy-lane rate the budget sets in bytes per second (adaptive: the controller's; static: as configured and scaled), before the relist guard's ramp",
-        Unit::Other("bytes_per_second".into()),
-        m.budget_rate.clone(),
-    );
-    r.register_with_unit(
-        "tollgate_budget_inflight",
-        "Heavy-lane in-flight budget in predicted bytes (relist guard applied)",
-        Unit::Bytes,
-        m.budget_inflight.clone(),
-    );
-    r.register_with_unit(
-        "tollgate_budget_inflight_used",
-        "Predicted bytes of the heavy requests in flight",
-        Unit::Bytes,
-        m.budget_inflight_used.clone(),
-    );
-    r.register_with_unit(
-        "tollgate_budget_signal",
-        "Short-window p99 latency of the protected lanes (or the workload lane standing in) steering the budget; NaN with too few samples",
-        Unit::Seconds,
-        m.budget_signal.clone(),
-    );
-    r.register_with_unit(
-        "tollgate_budget_target",
-        "The p99 the budget keeps the signal within (adaptive.target)",
-        Unit::Seconds,
-        m.budget_target.clone(),
-    );
-    r.register(
-        "tollgate_budget_unlearned_patterns",
-        "Unlearned heavy-looking patterns with their one request in flight",
-        m.budget_unlearned.clone(),
-    );
-    r.register(
-        "tollgate_scrape_failures",
-        "Failed scrapes of the apiserver's /metrics, by reason (forbidden, unauthorized, noIdentity, error): the priors and the restart detection go without",
-        m.scrape_failures.clone(),
-    );
 }
