@@ -45,7 +45,7 @@ pub struct Flags {
     /// tollgate's own private key, for health checks only [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_key: Option<PathBuf>,
-    /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns) [default: 127.0.0.1:9443]
+    /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns, /debug/budget) [default: 127.0.0.1:9443]
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
     /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]

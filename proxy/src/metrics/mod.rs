@@ -472,7 +472,9 @@ mod tests {
             .get_or_create(&UnitLabel { unit: "nodes" })
             .set(1);
         m.scrape_failures
-            .get_or_create(&ReasonLabel { reason: "forbidden" })
+            .get_or_create(&ReasonLabel {
+                reason: "forbidden",
+            })
             .inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
