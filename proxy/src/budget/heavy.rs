@@ -148,9 +148,18 @@ impl HeavyBudget {
         }
     }
 
-    /// Scale the in-flight budget by the relist guard's factor.
+    /// Scale the in-flight budget by the relist guard's factor; in
+    /// adaptive mode never below `minInflightBytes` (the controller starts
+    /// there already: the guard's ramp on top of it would leave every
+    /// relist alone in flight).
     pub fn apply_guard(&mut self, factor: f64) {
-        let inflight = self.limits().inflight * factor;
+        let mut inflight = self.limits().inflight * factor;
+        if self.mode == QuotaMode::Adaptive {
+            let b = self
+                .adaptive
+                .bounds(self.ceilings.rate, self.ceilings.inflight);
+            inflight = inflight.max(b.min_inflight);
+        }
         self.inflight.set_budget(inflight);
     }
 
