@@ -10,9 +10,11 @@
 //! - [`consistency`]: what a LIST or WATCH asks for (cache, consistent, exact)
 //!   and whether a watch starts with the full state.
 //! - [`status`]: Kubernetes `Status` bodies for errors, 429s and 410s.
+//! - [`headers`]: the response headers tollgate adds and its clients read.
 #![forbid(unsafe_code)]
 
 pub mod consistency;
+pub mod headers;
 pub mod request;
 pub mod selector;
 pub mod status;

@@ -5,10 +5,12 @@
 //! - [`capacity`]: the capacity search (`tollgate-bench capacity`).
 //! - [`report`]: the HTML and Markdown reports (`tollgate-bench report`).
 //! - [`demo`]: the four-run demo (`tollgate-bench demo`).
+//! - [`cli`]: the command line's argument structs, turned into the settings the others take.
 //! - [`process`]: child processes and `/metrics` scrapes the demo and capacity runs share.
 #![forbid(unsafe_code)]
 
 pub mod capacity;
+pub mod cli;
 pub mod demo;
 pub mod process;
 pub mod report;

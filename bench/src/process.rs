@@ -172,16 +172,8 @@ impl Default for Scraper {
     }
 }
 
-/// The value of an unlabelled sample `name` in Prometheus text.
-pub fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        let rest = l.strip_prefix(name)?;
-        if !rest.starts_with(' ') {
-            return None;
-        }
-        rest.split_whitespace().next()?.parse().ok()
-    })
-}
+/// The value of an unlabelled sample `name` in Prometheus text (the one parser, in kubeio).
+pub use kubeio::promtext::unlabelled as sample;
 
 #[cfg(test)]
 mod tests {

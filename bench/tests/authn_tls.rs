@@ -9,12 +9,12 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use bench::sim::authn::{
+use bench::sim::auth::authn::{
     is_admin, Authenticator, AuthnConfig, AuthnConfigError, AuthnFailure, UserInfo,
 };
-use bench::sim::kubeconfig::{write_kubeconfig, KubeUser};
-use bench::sim::pki::{CertAuthority, CertKeyPem};
-use bench::sim::tls::{parse_certs, peer_certificates, server_config};
+use bench::sim::auth::kubeconfig::{write_kubeconfig, KubeUser};
+use bench::sim::auth::pki::{CertAuthority, CertKeyPem};
+use bench::sim::auth::tls::{parse_certs, peer_certificates, server_config};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use rustls_pki_types::CertificateDer;

@@ -1,7 +1,7 @@
 //! The credentials requests carry, kept fresh for long runs: a static bearer
 //! token; a `tokenFile` re-read every minute (as client-go's cached file token
 //! source does), so a rotated service-account token is picked up; or an exec
-//! plugin's credential (see [`crate::exec`]), cached until its
+//! plugin's credential (see [`kubeio::exec`]), cached until its
 //! `expirationTimestamp` and fetched again then, or after a 401.
 //!
 //! Requests only read the current value (a lock held for a clone). A
@@ -14,12 +14,11 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use http::HeaderValue;
+use kubeio::exec::{ExecError, ExecOutput, ExecPlugin};
 use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
-
-use crate::exec::{ExecError, ExecOutput, ExecPlugin};
 
 /// How often a `tokenFile` is read again (client-go: once a minute).
 pub const TOKEN_FILE_PERIOD: Duration = Duration::from_secs(60);

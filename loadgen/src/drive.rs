@@ -1,15 +1,14 @@
 //! One operation's open-loop driver, on an OS thread of its own with a
 //! current-thread runtime: the driver, its requests and their connections
 //! ([`Conns`]) never leave that thread, so a response wakes nothing on another
-//! core (the multi-threaded runtime and the pooled client cost 1.4 context
-//! switches per request; wrk, whose thread owns its connections, 0.4).
+//! core: context switches per request are what the multi-threaded runtime and
+//! the pooled client cost (figures in bench/RESULTS.md, "loadgen's driver").
 //!
 //! The driver keeps the schedule itself: whenever it runs (a response came
 //! in, or its alarm rang) it issues every tick that is due. The alarm is a
 //! timerfd in the runtime's own epoll set: a high-resolution timer (tokio's
 //! timer rounds to the next millisecond) that wakes the driver thread
-//! directly, where a sleeping tick thread cost two more context switches per
-//! wake (its own and the hand-off). Latency runs from each tick's intended
+//! directly, where a sleeping tick thread would add a hand-off per wake. Latency runs from each tick's intended
 //! start; at `--max-in-flight` outstanding requests a tick is dropped and
 //! counted.
 //!
@@ -27,7 +26,7 @@ use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -39,11 +38,24 @@ use tokio_util::sync::CancellationToken;
 
 use self::deadline::Deadlines;
 use crate::conn::Conns;
-use crate::ops::{OpKind, OpSpec, Planned};
+use crate::ops::{CreatedPods, OpKind, OpSpec, Planned};
 use crate::record::{OpRecorder, Outcome};
-use crate::run::RunCtx;
 use crate::schedule::Ticks;
 use crate::send::{self, SendOptions, Sent};
+use crate::target::ApiClient;
+use crate::Config;
+
+/// Shared by every driver and request of the run.
+pub(crate) struct RunCtx {
+    /// The pooled client, for the burst and the checks around the run.
+    pub(crate) client: ApiClient,
+    pub(crate) config: Config,
+    pub(crate) created: CreatedPods,
+    /// Objects created so far (for `--max-objects`).
+    pub(crate) creations: std::sync::atomic::AtomicU64,
+    /// The last list revision seen, for `--list-rv exact`.
+    pub(crate) last_rv: Mutex<Option<String>>,
+}
 
 /// How much earlier than intended a tick may leave: about what waking the
 /// thread takes, so that requests leave on time rather than always late.

@@ -6,8 +6,6 @@
 //! - [`cli`]: the command line (clap), turned into a typed [`Config`].
 //! - [`rate`]: `N/s`, `N/min`, `N/h`.
 //! - [`schedule`]: when each request is meant to start (constant, Poisson, steps); pure.
-//! - [`kubeconfig`]: our own kubeconfig reader (no `kube` crate: build cost).
-//! - [`exec`]: exec credential plugins (`ExecCredential` v1 / v1beta1).
 //! - [`credentials`]: the bearer token or plugin credential, kept fresh (tokenFile, expiry, 401).
 //! - [`target`]: server URL, TLS (rustls + ring), HTTP/1.1 or HTTP/2, the pooled client.
 //! - [`conn`]: a driver's own connections (hyper's per-connection senders, no pool).
@@ -15,7 +13,8 @@
 //! - [`send`]: one request with timeout, body accounting, 429 understanding, Retry-After.
 //! - [`watch`]: informer-like watchers (list → watch → reconnect / relist, backoff).
 //! - [`record`]: per-operation HDR histograms, counts, per-class split, time series.
-//! - [`run`]: the run itself — burst, watchers, drain, report.
+//! - [`run`]: the API run itself — preflight, drivers, burst, watchers, nodes, report.
+//! - `window`: what every run shares (API and etcd): scraping, progress, hold, drain, results.
 //! - `drive`: one operation's open-loop driver on a thread of its own.
 //! - [`report`]: the `summary.json` schema and the end table.
 //! - [`merge`]: `loadgen merge` of `--shard i/N` results (histograms merged).
@@ -36,8 +35,6 @@ pub mod conn;
 pub mod credentials;
 mod drive;
 pub mod etcd;
-pub mod exec;
-pub mod kubeconfig;
 pub mod merge;
 pub mod metrics;
 pub mod nodes;
@@ -57,6 +54,7 @@ pub mod server_metrics;
 pub mod stages;
 pub mod target;
 pub mod watch;
+mod window;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     let config = match cli.command {
         Some(Command::Nodes(nodes)) => (*nodes).into_config(),
         Some(Command::Etcd(args)) => return etcd(*args),
-        Some(Command::Run(args)) => return loadgen::scenario::cli_main(*args),
+        Some(Command::Run(args)) => return loadgen::cli::scenario::main(*args),
         Some(command) => return finish(tool(command)),
         None => cli.run.into_config(),
     };
@@ -73,7 +73,7 @@ fn tool(command: Command) -> anyhow::Result<()> {
         }
         Command::Seed(args) => {
             let rt = tokio::runtime::Runtime::new()?;
-            let tally = rt.block_on(loadgen::seed::seed(&args))?;
+            let tally = rt.block_on(loadgen::seed::seed(&args.into_config()))?;
             println!(
                 "seed: {} created, {} already there, {} failed",
                 tally.done, tally.unchanged, tally.failed
@@ -93,7 +93,7 @@ fn tool(command: Command) -> anyhow::Result<()> {
         Command::Run(_) => Ok(()),
         Command::Cleanup(args) => {
             let rt = tokio::runtime::Runtime::new()?;
-            let tally = rt.block_on(loadgen::seed::cleanup(&args))?;
+            let tally = rt.block_on(loadgen::seed::cleanup(&args.into_config()))?;
             println!(
                 "cleanup: {} deleted, {} already gone, {} failed",
                 tally.done, tally.unchanged, tally.failed
@@ -109,7 +109,7 @@ fn tool(command: Command) -> anyhow::Result<()> {
 }
 
 /// `loadgen etcd`: flag errors exit 64, run errors 1.
-fn etcd(args: loadgen::etcd::EtcdArgs) -> ExitCode {
+fn etcd(args: loadgen::cli::etcd::EtcdArgs) -> ExitCode {
     let config = match args.into_config() {
         Ok(c) => c,
         Err(e) => {

@@ -92,8 +92,8 @@ impl Resource {
     }
 
     // Built with push_str into one buffer: a GET's path is planned for every
-    // request, and nested format! calls were a third of loadgen's user-space
-    // instructions per request (callgrind).
+    // request, where nested format! calls cost more than the request's own
+    // work (figures in bench/RESULTS.md, "loadgen's driver").
     fn push_collection_path(&self, path: &mut String, ns: Option<&str>) {
         if self.group.is_empty() {
             path.push_str("/api/");

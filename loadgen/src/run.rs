@@ -6,30 +6,21 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kubeio::error_chain;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::conn::Conns;
+use crate::drive::RunCtx;
 use crate::ops::{CreatedPods, OpKind, OpSpec, Planned};
 use crate::record::OpRecorder;
 use crate::report::Report;
 use crate::send;
-use crate::target::ApiClient;
+use crate::target::{ApiClient, Target};
 use crate::watch::{self, WatchStats};
+use crate::window::{write_output, Scraping, Window};
 use crate::{Config, Error};
-
-/// Shared by every driver and request of the run.
-pub(crate) struct RunCtx {
-    /// The pooled client, for the burst and the checks around the run.
-    pub(crate) client: ApiClient,
-    pub(crate) config: Config,
-    pub(crate) created: CreatedPods,
-    /// Objects created so far (for `--max-objects`).
-    pub(crate) creations: std::sync::atomic::AtomicU64,
-    /// The last list revision seen, for `--list-rv exact`.
-    pub(crate) last_rv: Mutex<Option<String>>,
-}
 
 /// Runs the load described by `config` until `--duration` ends or `shutdown`
 /// is cancelled (Ctrl-C), and returns what was measured. Results are written
@@ -39,26 +30,8 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
     let _ = rustls::crypto::ring::default_provider().install_default();
     let target = config.target.resolve()?;
     // An empty namespace means: the kubeconfig context's, else `default`.
-    let ns = target
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".to_string());
-    for op in &mut config.operations {
-        if op.namespace.is_empty() {
-            op.namespace = ns.clone();
-        }
-    }
-    if let Some(b) = config.burst.as_mut().filter(|b| b.namespace.is_empty()) {
-        b.namespace = ns.clone();
-    }
-    if let Some(w) = config.watches.as_mut() {
-        if w.namespace.as_deref() == Some("") {
-            w.namespace = Some(ns.clone());
-        }
-    }
-    if let Some(n) = config.nodes.as_mut().filter(|n| n.namespace.is_empty()) {
-        n.namespace = ns.clone();
-    }
+    let ns = target.namespace.as_deref().unwrap_or("default");
+    default_namespace(&mut config, ns);
     let client = ApiClient::new(&target);
     let checks = async {
         preflight(&client, config.send.timeout.min(Duration::from_secs(10))).await?;
@@ -77,9 +50,102 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
             _ = shutdown.cancelled() => return Err(Error::Interrupted),
         },
     };
-
     // Bound before any load starts, so a busy address fails the run up front.
-    let metrics_listener = match &config.metrics_listen {
+    let metrics_listener = bind_metrics(config.metrics_listen.as_ref())?;
+    let scrapers = config
+        .server_metrics
+        .iter()
+        .map(|url| crate::server_metrics::Scraper::new(&config.target, url, &target.credentials))
+        .collect::<Result<Vec<_>, _>>()?;
+    let scraping = Scraping::start(scrapers, config.server_metrics_interval);
+
+    let start = Instant::now();
+    let started_at = crate::ops::unix_nanos();
+    let ctx = Arc::new(RunCtx {
+        client,
+        config: config.clone(),
+        created: CreatedPods::default(),
+        creations: std::sync::atomic::AtomicU64::new(0),
+        last_rv: Mutex::new(None),
+    });
+    // Cancelled on Ctrl-C (via `shutdown`) or when the drain times out.
+    let abort = shutdown.child_token();
+    let load = start_load(&ctx, &target, sim_nodes, start, &abort);
+    let metrics_stop = CancellationToken::new();
+    let _stop_metrics = metrics_stop.clone().drop_guard();
+    if let Some(listener) = metrics_listener {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(crate::metrics::RunCollector {
+            recorders: load.recorders.clone(),
+            watch: load.watch_stats.clone(),
+        }));
+        if let Err(e) = crate::metrics::serve(listener, Arc::new(registry), metrics_stop.clone()) {
+            tracing::warn!(error = %e, "--metrics-listen: cannot serve");
+        }
+    }
+    let window = Window::open(
+        start,
+        &load.recorders,
+        &load.watch_stats,
+        config.duration,
+        config.progress,
+        scraping,
+    );
+    window.hold(config.duration, &abort).await;
+    load.watch_stop.cancel();
+    // Drivers still issue ticks that were due before the end (if they fell
+    // behind), and in-flight requests finish, within the drain timeout.
+    window
+        .drain(&load.tracker, config.drain_timeout, &abort)
+        .await;
+    let interrupted = shutdown.is_cancelled();
+    let closed = window.close().await;
+    let mut report = Report::build(
+        &config,
+        &target.server.to_string(),
+        started_at,
+        closed.elapsed,
+        interrupted,
+        &load.recorders,
+        &load.watch_stats,
+    );
+    report.server_metrics = closed.server_metrics;
+    report.nodes = config
+        .nodes
+        .as_ref()
+        .map(|spec| load.node_stats.summary(spec));
+    name_priority_levels(&ctx.client, &mut report).await;
+    write_output(config.output.as_deref(), &report)
+        .map_err(|(dir, source)| Error::Output { dir, source })?;
+    Ok(report)
+}
+
+/// Gives every operation, burst, watch and node simulation without a
+/// namespace of its own the run's `ns`.
+fn default_namespace(config: &mut Config, ns: &str) {
+    for op in &mut config.operations {
+        if op.namespace.is_empty() {
+            op.namespace = ns.to_string();
+        }
+    }
+    if let Some(b) = config.burst.as_mut().filter(|b| b.namespace.is_empty()) {
+        b.namespace = ns.to_string();
+    }
+    if let Some(w) = config.watches.as_mut() {
+        if w.namespace.as_deref() == Some("") {
+            w.namespace = Some(ns.to_string());
+        }
+    }
+    if let Some(n) = config.nodes.as_mut().filter(|n| n.namespace.is_empty()) {
+        n.namespace = ns.to_string();
+    }
+}
+
+/// The `--metrics-listen` socket, bound now.
+fn bind_metrics(
+    listen: Option<&crate::MetricsListen>,
+) -> Result<Option<std::net::TcpListener>, Error> {
+    Ok(match listen {
         None => None,
         Some(crate::MetricsListen::Addr(a)) => Some(std::net::TcpListener::bind(a).map_err(
             |source| Error::MetricsListen {
@@ -93,36 +159,35 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
                 source,
             })?)
         }
-    };
-    let scrapers = config
-        .server_metrics
-        .iter()
-        .map(|url| crate::server_metrics::Scraper::new(&config.target, url, &target.credentials))
-        .collect::<Result<Vec<_>, _>>()?;
-    let scrape_stop = CancellationToken::new();
-    let scraping: Vec<_> = scrapers
-        .into_iter()
-        .map(|s| tokio::spawn(s.run(config.server_metrics_interval, scrape_stop.clone())))
-        .collect();
+    })
+}
 
-    let start = Instant::now();
-    let started_at = crate::ops::unix_nanos();
-    let ctx = Arc::new(RunCtx {
-        client,
-        config: config.clone(),
-        created: CreatedPods::default(),
-        creations: std::sync::atomic::AtomicU64::new(0),
-        last_rv: Mutex::new(None),
-    });
-    // Cancelled on Ctrl-C (via `shutdown`) or when the drain times out.
-    let abort = shutdown.child_token();
+/// The load of one run, started.
+struct Load {
+    /// Every task of the load; closed, so `wait` ends when they do.
+    tracker: TaskTracker,
+    recorders: Vec<Arc<OpRecorder>>,
+    watch_stats: Arc<WatchStats>,
+    /// Ends the watches (and the node daemons' watches) at the end of the window.
+    watch_stop: CancellationToken,
+    node_stats: crate::nodes::NodesStats,
+}
+
+/// Starts every operation's driver, the burst, the watchers and the simulated nodes.
+fn start_load(
+    ctx: &Arc<RunCtx>,
+    target: &Target,
+    sim_nodes: Option<Vec<String>>,
+    start: Instant,
+    abort: &CancellationToken,
+) -> Load {
+    let config = &ctx.config;
     let tracker = TaskTracker::new();
     let mut recorders = Vec::new();
-
     for op in &config.operations {
         let rec = Arc::new(OpRecorder::new(op.name.clone(), start));
         recorders.push(rec.clone());
-        let conns = Conns::new(&target);
+        let conns = Conns::new(target);
         match crate::drive::spawn(
             Arc::new(op.clone()),
             ctx.clone(),
@@ -157,114 +222,74 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
     let watch_stats = Arc::new(WatchStats::default());
     let watch_stop = CancellationToken::new();
     if let Some(spec) = &config.watches {
-        let events = Arc::new(OpRecorder::new("watch-event", start));
-        let lists = Arc::new(OpRecorder::new("watch-list", start));
-        recorders.push(events.clone());
-        recorders.push(lists.clone());
-        // Watches get their own clients: over HTTP/2, a connection carries at
-        // most the server's stream limit (kube-apiserver: 1000 by default), and
-        // long-lived streams should not share the operations' connection.
-        let per_conn = spec.per_connection.max(1);
-        let mut client = ApiClient::new(&target);
-        for id in 0..spec.count {
-            if id > 0 && id % per_conn == 0 {
-                client = ApiClient::new(&target);
-            }
-            let w = watch::Watcher {
-                id,
-                spec: spec.clone(),
-                client: client.clone(),
-                send: config.send.clone(),
-                events: events.clone(),
-                lists: lists.clone(),
-                stats: watch_stats.clone(),
-            };
-            tracker.spawn(w.run(watch_stop.clone()));
-        }
+        recorders.extend(start_watches(
+            spec,
+            target,
+            config,
+            start,
+            &watch_stats,
+            &tracker,
+            &watch_stop,
+        ));
     }
     let node_stats = crate::nodes::NodesStats::default();
     if let (Some(spec), Some(nodes)) = (&config.nodes, sim_nodes) {
-        let ctx = crate::nodes::StartCtx {
-            target: &target,
+        let nctx = crate::nodes::StartCtx {
+            target,
             client: &ctx.client,
             send: &config.send,
             start,
             duration: config.duration,
             max_in_flight: config.max_in_flight,
             tracker: &tracker,
-            abort: &abort,
+            abort,
             watch_stop: &watch_stop,
         };
-        recorders.extend(crate::nodes::start(spec, nodes, ctx, &node_stats));
+        recorders.extend(crate::nodes::start(spec, nodes, nctx, &node_stats));
     }
     tracker.close();
-    let metrics_stop = CancellationToken::new();
-    let _stop_metrics = metrics_stop.clone().drop_guard();
-    if let Some(listener) = metrics_listener {
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(crate::metrics::RunCollector {
-            recorders: recorders.clone(),
-            watch: watch_stats.clone(),
-        }));
-        if let Err(e) = crate::metrics::serve(listener, Arc::new(registry), metrics_stop.clone()) {
-            tracing::warn!(error = %e, "--metrics-listen: cannot serve");
-        }
+    Load {
+        tracker,
+        recorders,
+        watch_stats,
+        watch_stop,
+        node_stats,
     }
-    let progress = crate::progress::spawn(
-        recorders.clone(),
-        watch_stats.clone(),
-        start,
-        config.duration,
-        config.progress,
-    );
+}
 
-    // Run for the duration, or until interrupted.
-    tokio::select! {
-        _ = tokio::time::sleep(config.duration) => {}
-        _ = abort.cancelled() => {}
-    };
-    watch_stop.cancel();
-    // Drivers still issue ticks that were due before the end (if they fell
-    // behind), and in-flight requests finish, within the drain timeout. Ctrl-C
-    // or the drain timeout abandons them; they are counted as cancelled.
-    let drained = tokio::select! {
-        _ = tracker.wait() => true,
-        _ = tokio::time::sleep(config.drain_timeout) => false,
-        _ = abort.cancelled() => false,
-    };
-    if !drained {
-        abort.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
-    }
-    let interrupted = shutdown.is_cancelled();
-    progress.finish();
-    let elapsed = start.elapsed();
-    scrape_stop.cancel();
-    let mut server_metrics = Vec::new();
-    for task in scraping {
-        if let Ok(summary) = task.await {
-            server_metrics.push(summary);
+/// `--watches N`: the watchers, and their two recorders.
+fn start_watches(
+    spec: &watch::WatchSpec,
+    target: &Target,
+    config: &Config,
+    start: Instant,
+    stats: &Arc<WatchStats>,
+    tracker: &TaskTracker,
+    stop: &CancellationToken,
+) -> [Arc<OpRecorder>; 2] {
+    let events = Arc::new(OpRecorder::new("watch-event", start));
+    let lists = Arc::new(OpRecorder::new("watch-list", start));
+    // Watches get their own clients: over HTTP/2, a connection carries at
+    // most the server's stream limit (kube-apiserver: 1000 by default), and
+    // long-lived streams should not share the operations' connection.
+    let per_conn = spec.per_connection.max(1);
+    let mut client = ApiClient::new(target);
+    for id in 0..spec.count {
+        if id > 0 && id % per_conn == 0 {
+            client = ApiClient::new(target);
         }
+        let w = watch::Watcher {
+            id,
+            spec: spec.clone(),
+            client: client.clone(),
+            send: config.send.clone(),
+            events: events.clone(),
+            lists: lists.clone(),
+            stats: stats.clone(),
+        };
+        tracker.spawn(w.run(stop.clone()));
     }
-    let mut report = Report::build(
-        &config,
-        &target.server.to_string(),
-        started_at,
-        elapsed,
-        interrupted,
-        &recorders,
-        &watch_stats,
-    );
-    report.server_metrics = server_metrics;
-    report.nodes = config.nodes.as_ref().map(|spec| node_stats.summary(spec));
-    name_priority_levels(&ctx.client, &mut report).await;
-    if let Some(dir) = &config.output {
-        crate::output::write_all(dir, &report).map_err(|source| Error::Output {
-            dir: dir.clone(),
-            source,
-        })?;
-    }
-    Ok(report)
+    [events, lists]
 }
 
 /// Names APF priority levels seen by UID, through the flowcontrol API when
@@ -346,17 +371,6 @@ async fn preflight(client: &ApiClient, timeout: Duration) -> Result<(), Error> {
             reason: format!("no answer to GET /version within {timeout:?}"),
         }),
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 /// Tess.IO's first table: `count` pods created in parallel, then deleted in

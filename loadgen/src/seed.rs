@@ -15,45 +15,32 @@ use http_body_util::BodyExt;
 use indicatif::{ProgressBar, ProgressDrawTarget};
 use serde_json::json;
 
-use crate::cli::TargetArgs;
 use crate::ops::{encode, MANAGED_BY};
-use crate::target::ApiClient;
+use crate::target::{ApiClient, TargetOptions};
 
-/// `loadgen seed`.
-#[derive(Debug, clap::Args)]
-pub struct SeedArgs {
-    #[command(flatten)]
-    pub target: TargetArgs,
-    /// Fake nodes to create ({prefix}node-K).
-    #[arg(long, default_value_t = 0)]
+/// What `loadgen seed` creates.
+#[derive(Debug, Clone)]
+pub struct SeedConfig {
+    pub target: TargetOptions,
+    /// Fake nodes ({prefix}node-K).
     pub nodes: u64,
-    /// Pods to create ({prefix}pod-K), bound to the fake nodes.
-    #[arg(long, default_value_t = 0)]
+    /// Pods ({prefix}pod-K), bound to the fake nodes.
     pub pods: u64,
-    /// Padding per pod, in bytes, in an annotation (to model large objects).
-    #[arg(long, default_value_t = 0)]
+    /// Padding per pod, in bytes, in an annotation.
     pub pod_bytes: usize,
-    /// Namespaces to create and spread pods over ({prefix}ns-K); 0 puts pods in --namespace.
-    #[arg(long, default_value_t = 0)]
+    /// Namespaces to create and spread pods over ({prefix}ns-K); 0 puts pods in `namespace`.
     pub namespaces: u64,
-    /// Namespace for pods when --namespaces is 0.
-    #[arg(long, short = 'n', default_value = "default")]
     pub namespace: String,
-    /// Name prefix of every object.
-    #[arg(long, default_value = "loadgen-")]
     pub object_prefix: String,
     /// Requests in flight at once.
-    #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
 }
 
-/// `loadgen cleanup`.
-#[derive(Debug, clap::Args)]
-pub struct CleanupArgs {
-    #[command(flatten)]
-    pub target: TargetArgs,
+/// What `loadgen cleanup` needs.
+#[derive(Debug, Clone)]
+pub struct CleanupConfig {
+    pub target: TargetOptions,
     /// Requests in flight at once.
-    #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
 }
 
@@ -150,9 +137,9 @@ async fn run_jobs(client: &ApiClient, jobs: Vec<Job>, concurrency: usize, unchan
 }
 
 /// Creates the namespaces, nodes and pods `args` asks for.
-pub async fn seed(args: &SeedArgs) -> Result<Tally, SeedError> {
+pub async fn seed(args: &SeedConfig) -> Result<Tally, SeedError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = ApiClient::new(&args.target.options().resolve()?);
+    let client = ApiClient::new(&args.target.resolve()?);
     let p = &args.object_prefix;
     let ns_name = |k: u64| format!("{p}ns-{k}");
     let mut tally = Tally::default();
@@ -215,9 +202,9 @@ pub async fn seed(args: &SeedArgs) -> Result<Tally, SeedError> {
 
 /// Deletes every pod, node lease, node and namespace labelled as loadgen's,
 /// and nothing else (leases are made by `--nodes` runs).
-pub async fn cleanup(args: &CleanupArgs) -> Result<Tally, SeedError> {
+pub async fn cleanup(args: &CleanupConfig) -> Result<Tally, SeedError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = ApiClient::new(&args.target.options().resolve()?);
+    let client = ApiClient::new(&args.target.resolve()?);
     let mut tally = Tally::default();
     for collection in [
         "/api/v1/pods",

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use apimodel::headers::{LANE_HEADER, PRIORITY_LEVEL_HEADER};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -69,10 +70,6 @@ impl Transport for ApiClient {
     }
 }
 
-/// tollgate's lane header.
-pub const LANE_HEADER: &str = "x-tollgate-lane";
-/// kube-apiserver APF priority level header.
-pub const PRIORITY_LEVEL_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
 /// Most of a 429 body kept for parsing; the rest is counted, not kept.
 const MAX_KEPT_429_BODY: usize = 64 * 1024;
 /// Most of a list body kept to read its `metadata` (which the apiserver writes

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use http_body_util::BodyExt;
+use kubeio::promtext::first_of;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -36,38 +37,6 @@ pub struct ServerMetricsSummary {
     pub memory_source: Option<String>,
     pub memory_bytes_avg: Option<f64>,
     pub memory_bytes_peak: Option<f64>,
-}
-
-/// The value of `name` in Prometheus text, summed over its series.
-pub fn value(text: &str, name: &str) -> Option<f64> {
-    let mut found = None;
-    for line in text.lines() {
-        let line = line.trim();
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        let rest = match rest.chars().next() {
-            Some('{') => match rest.find('}') {
-                Some(end) => &rest[end + 1..],
-                None => continue,
-            },
-            Some(' ') | Some('\t') => rest,
-            _ => continue,
-        };
-        if let Some(v) = rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        {
-            found = Some(found.unwrap_or(0.0) + v);
-        }
-    }
-    found
-}
-
-/// The first of `names` present in `text`, with its value.
-pub fn first_of(text: &str, names: &[&'static str]) -> Option<(&'static str, f64)> {
-    names.iter().find_map(|n| value(text, n).map(|v| (*n, v)))
 }
 
 #[derive(Debug, Default)]
@@ -191,6 +160,7 @@ impl Scraper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeio::promtext::sum;
 
     const TEXT: &str = "# HELP process_cpu_seconds_total Total user and system CPU time.\n\
 # TYPE process_cpu_seconds_total counter\n\
@@ -202,9 +172,9 @@ tollgate_sim_virtual_memory_bytes{instance=\"b\"} 50 1700000000\n";
 
     #[test]
     fn reads_values_and_prefers_the_simulator() {
-        assert_eq!(value(TEXT, "process_cpu_seconds_total"), Some(12.5));
+        assert_eq!(sum(TEXT, "process_cpu_seconds_total"), Some(12.5));
         assert_eq!(
-            value(TEXT, "process_resident_memory_bytes"),
+            sum(TEXT, "process_resident_memory_bytes"),
             Some(104_857_600.0)
         );
         assert_eq!(
@@ -215,7 +185,7 @@ tollgate_sim_virtual_memory_bytes{instance=\"b\"} 50 1700000000\n";
             first_of(TEXT, &CPU),
             Some(("process_cpu_seconds_total", 12.5))
         );
-        assert_eq!(value(TEXT, "absent"), None);
+        assert_eq!(sum(TEXT, "absent"), None);
     }
 
     #[test]

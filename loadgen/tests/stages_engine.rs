@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loadgen::stages::engine::{Done, Engine, Job};
-use loadgen::stages::informer::SeenObject;
+use loadgen::stages::feed::SeenObject;
 use loadgen::stages::next::ActionKind;
 use loadgen::stages::{Kind, StageSet};
 use serde_json::{json, Value};

@@ -209,6 +209,7 @@ async fn seed_then_cleanup_removes_exactly_loadgens_objects() {
     let Some(loadgen::cli::Command::Seed(args)) = seed.command else {
         panic!("not seed")
     };
+    let args = args.into_config();
     let tally = loadgen::seed::seed(&args).await.expect("seed");
     assert_eq!((tally.done, tally.failed), (2 + 3 + 10, 0));
     {
@@ -232,6 +233,7 @@ async fn seed_then_cleanup_removes_exactly_loadgens_objects() {
     let Some(loadgen::cli::Command::Cleanup(args)) = cleanup.command else {
         panic!("not cleanup")
     };
+    let args = args.into_config();
     let tally = loadgen::seed::cleanup(&args).await.expect("cleanup");
     assert_eq!((tally.done, tally.failed), (15, 0));
     let left: Vec<String> = objects.lock().expect("lock").keys().cloned().collect();

@@ -30,7 +30,8 @@
 //!   scaling, settings); [`budget`]: the heavy lane's byte budget (bytes in
 //!   flight, unlearned patterns, the latency signal, the adaptive
 //!   controller); [`predict`] and [`decay`]: the pure pattern cache.
-//! - [`config`], [`kubeconfig`], [`tls`]: settings and certificates.
+//! - [`config`], [`tls`]: settings and certificates (a kubeconfig is read by
+//!   the shared `kubeio` crate).
 //! - [`metrics`]: every metric; [`admin`]: the admin listener (`/metrics`,
 //!   `/healthz`, `/readyz`, `/debug/patterns`, `/debug/budget`); [`status`]: errors as
 //!   Kubernetes `Status` responses.
@@ -50,7 +51,6 @@ pub mod forward;
 pub mod gateway;
 pub mod handle;
 pub mod identity;
-pub mod kubeconfig;
 pub mod metrics;
 pub mod observe;
 pub mod pattern;
@@ -79,7 +79,7 @@ pub enum Error {
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error(transparent)]
-    Kubeconfig(#[from] kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] kubeio::kubeconfig::KubeconfigError),
     #[error("cannot bind {what} on {addr}")]
     Bind {
         what: &'static str,

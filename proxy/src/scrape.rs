@@ -69,15 +69,7 @@ pub fn parse_storage_lists(text: &str) -> Vec<(String, f64)> {
 
 /// The upstream's `process_start_time_seconds`: a change means it restarted.
 pub fn parse_start_time(text: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix("process_start_time_seconds")?;
-        let value = match rest.strip_prefix('{') {
-            Some(labelled) => labelled.split_once('}')?.1,
-            None if rest.starts_with([' ', '\t']) => rest,
-            None => return None,
-        };
-        value.split_whitespace().next()?.parse().ok()
-    })
+    kubeio::promtext::first(text, "process_start_time_seconds")
 }
 
 /// Growth of two per-resource counters between scrapes.
@@ -114,40 +106,12 @@ impl StoreEvidence {
 }
 
 fn parse_by_resource(text: &str, metrics: &[&str]) -> Vec<(String, f64)> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let Some(rest) = metrics
-            .iter()
-            .find_map(|m| line.strip_prefix(m).and_then(|r| r.strip_prefix('{')))
-        else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once('}') else {
-            continue;
-        };
-        let Some(resource) = label(labels, "resource") else {
-            continue;
-        };
-        let Some(value) = value
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
+    kubeio::promtext::by_label(text, metrics, "resource")
+        .into_iter()
         // Negative counts mean "unknown" on some releases.
-        if value >= 0.0 {
-            out.push((pattern_resource(resource), value));
-        }
-    }
-    out
-}
-
-fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    labels.split(',').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        (k.trim() == name).then(|| v.trim().trim_matches('"'))
-    })
+        .filter(|(_, value)| *value >= 0.0)
+        .map(|(resource, value)| (pattern_resource(&resource), value))
+        .collect()
 }
 
 /// `deployments.apps` → `apps/deployments`; `pods` → `pods`.

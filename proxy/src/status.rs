@@ -65,7 +65,9 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest(e) => Status::bad_request(e.to_string()),
             ProxyError::NoUpstream => Status::service_unavailable(self.to_string()),
-            ProxyError::Upstream { .. } => Status::failure(502, "BadGateway", error_chain(self)),
+            ProxyError::Upstream { .. } => {
+                Status::failure(502, "BadGateway", kubeio::error_chain(self))
+            }
             ProxyError::Timeout { .. } => Status::timeout(self.to_string()),
             ProxyError::Build(_) => Status::internal(self.to_string()),
         }
@@ -78,18 +80,6 @@ impl ProxyError {
     pub fn to_response(&self) -> Response<Body> {
         status_response(&self.to_status())
     }
-}
-
-/// The error and its causes, each once.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// A JSON `Status` response, with `Retry-After` when the status has one.

@@ -121,15 +121,15 @@ fn package_name(dir: &Path) -> Option<String> {
 pub fn bench_command() -> std::process::Command {
     let mut c = std::process::Command::new(fresh_workspace_binary(
         "tollgate-bench",
-        &["bench", "apimodel"],
+        &["bench", "kubeio", "apimodel"],
     ));
     c.env(
         "LOADGEN_BIN",
-        fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]),
+        fresh_workspace_binary("loadgen", &["loadgen", "kubeio", "apimodel"]),
     )
     .env(
         "TOLLGATE_BIN",
-        fresh_workspace_binary("tollgate", &["proxy", "apimodel"]),
+        fresh_workspace_binary("tollgate", &["proxy", "kubeio", "apimodel"]),
     )
     .stdin(std::process::Stdio::null());
     c

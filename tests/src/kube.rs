@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::Context;
-use bench::sim::kubeconfig::{write_kubeconfig, KubeUser};
-use bench::sim::pki::CertKeyPem;
+use bench::sim::auth::kubeconfig::{write_kubeconfig, KubeUser};
+use bench::sim::auth::pki::CertKeyPem;
 use tempfile::TempDir;
 
 use crate::kubectl::Kubectl;

@@ -32,5 +32,5 @@ pub use lines::{eventually, LineReader, Next};
 pub use sim::{Scheme, SimProcess, Store, SIM_START_TIMEOUT};
 pub use tollgate::{http_get, TollgateOptions, TollgateProcess, TOLLGATE_START_TIMEOUT};
 
-pub use bench::sim::kubeconfig::KubeUser;
-pub use bench::sim::pki::{CertAuthority, CertKeyPem};
+pub use bench::sim::auth::kubeconfig::KubeUser;
+pub use bench::sim::auth::pki::{CertAuthority, CertKeyPem};

@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use bench::sim::auth::kubeconfig::{write_kubeconfig, KubeUser};
 use bench::sim::etcd_server::EtcdServer;
-use bench::sim::kubeconfig::{write_kubeconfig, KubeUser};
 use tempfile::TempDir;
 
 use crate::binary::fresh_workspace_binary;
@@ -111,7 +111,7 @@ impl SimProcess {
         let pki = dir.path().join("pki");
 
         // The packages tollgate-bench is built from.
-        let binary = fresh_workspace_binary("tollgate-bench", &["bench", "apimodel"]);
+        let binary = fresh_workspace_binary("tollgate-bench", &["bench", "kubeio", "apimodel"]);
         let mut cmd = Command::new(&binary);
         // --exit-with-stdin: the pipe stays open in `child.stdin` while we live; if this
         // process dies, even by SIGKILL, the pipe closes and the simulator exits.

@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use bench::sim::kubeconfig::{write_kubeconfig, KubeUser};
-use bench::sim::pki::{CertAuthority, CertKeyPem};
+use bench::sim::auth::kubeconfig::{write_kubeconfig, KubeUser};
+use bench::sim::auth::pki::{CertAuthority, CertKeyPem};
 use tempfile::TempDir;
 
 use crate::binary::fresh_workspace_binary;
@@ -123,7 +123,7 @@ impl TollgateProcess {
 
         let stderr_log = dir.path().join("tollgate.stderr.log");
         // The packages tollgate is built from.
-        let binary = fresh_workspace_binary("tollgate", &["proxy", "apimodel"]);
+        let binary = fresh_workspace_binary("tollgate", &["proxy", "kubeio", "apimodel"]);
         let mut cmd = Command::new(&binary);
         cmd.args(&args)
             .env("RUST_LOG", "info")

@@ -70,15 +70,18 @@ struct Loadgen {
 impl Loadgen {
     fn spawn(dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Loadgen> {
         let shown = format!("loadgen {}", args.join(" "));
-        let child = Command::new(fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]))
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(File::create(dir.join(format!("{name}.stdout")))?)
-            .stderr(File::create(dir.join(format!("{name}.stderr")))?)
-            .spawn()
-            .with_context(|| format!("starting `{shown}`"))?;
+        let child = Command::new(fresh_workspace_binary(
+            "loadgen",
+            &["loadgen", "kubeio", "apimodel"],
+        ))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(File::create(dir.join(format!("{name}.stdout")))?)
+        .stderr(File::create(dir.join(format!("{name}.stderr")))?)
+        .spawn()
+        .with_context(|| format!("starting `{shown}`"))?;
         Ok(Loadgen { child, shown })
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use tokio_util::sync::CancellationToken;
 
-use crate::process::{run_ok, start, word_after, Scraper};
+use crate::process::{run_ok, start, word_after, Scraper, Started};
 
 use super::execution::{number, substitute, Execution};
 use super::results::{Record, SloOutcome};
@@ -87,58 +87,11 @@ pub async fn run(
     let started_at = time::OffsetDateTime::now_utc();
     let t0 = Instant::now();
 
-    // The target loadgen talks to: the sim's URL, or the cluster's kubeconfig.
-    let mut _sim = None;
-    let mut target: Vec<String> = Vec::new();
-    let mut upstream: Vec<String> = Vec::new();
-    if let Some(sim) = &exec.sut.sim {
-        let mut args = vec![
-            "sim".to_owned(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--exit-with-stdin".into(),
-        ];
-        args.extend(substitute(&sim.args, load, resource));
-        const READY: &str = "serving the Kubernetes API at ";
-        let s = start(&bins.bench, &args, &dir.join("sim.log"), READY).await?;
-        let url = word_after(&s.line, READY)
-            .context("the sim's ready line has no URL")?
-            .to_owned();
-        target = vec!["--server".into(), url.clone()];
-        upstream = vec!["--upstream".into(), url];
-        _sim = Some(s);
-    } else if let Some(k) = &exec.sut.kubeconfig {
-        target = vec!["--kubeconfig".into(), k.display().to_string()];
-        upstream = vec!["--upstream-kubeconfig".into(), k.display().to_string()];
-    }
-    let mut _tollgate = None;
-    let mut tollgate_metrics = None;
-    if let Some(tg) = &exec.sut.tollgate {
-        let mut args = vec![
-            "--listen".to_owned(),
-            "127.0.0.1:0".into(),
-            "--admin-listen".into(),
-            "127.0.0.1:0".into(),
-        ];
-        args.extend(upstream.iter().cloned());
-        args.extend(substitute(&tg.args, load, resource));
-        const READY: &str = "tollgate serving at ";
-        let t = start(&bins.tollgate, &args, &dir.join("tollgate.log"), READY).await?;
-        let url = word_after(&t.line, READY)
-            .context("tollgate's ready line has no URL")?
-            .to_owned();
-        tollgate_metrics = word_after(&t.line, "(admin ").map(|a| format!("{a}/metrics"));
-        target = vec!["--server".into(), url];
-        if let Some(k) = &exec.sut.kubeconfig {
-            // Credentials stay the cluster's; only the address is tollgate's.
-            target.extend(["--kubeconfig".into(), k.display().to_string()]);
-        }
-        _tollgate = Some(t);
-    }
-
+    // Held to the end: dropping it kills the system under test.
+    let sut = SystemUnderTest::start(exec, bins, &dir, load, resource).await?;
     if !exec.loadgen.seed.is_empty() {
         let mut args = vec!["seed".to_owned()];
-        args.extend(target.iter().cloned());
+        args.extend(sut.target.iter().cloned());
         args.extend(substitute(&exec.loadgen.seed, load, resource));
         run_ok(
             &bins.loadgen,
@@ -148,9 +101,115 @@ pub async fn run(
         )
         .await?;
     }
+    let summary = run_load(exec, bins, &dir, &sut, load, resource).await?;
 
+    let slos = check_slos(exec, &summary);
+    let ok = slos.iter().all(|s| s.ok);
+    Ok(Record {
+        load,
+        load_index: cell.load,
+        resource,
+        resource_index: cell.resource,
+        repetition,
+        ok,
+        slos,
+        output: dir
+            .strip_prefix(output)
+            .ok()
+            .map(|p| p.display().to_string()),
+        started: started_at
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default(),
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The sim and tollgate of one experiment, as children killed on drop, and how loadgen
+/// reaches them.
+struct SystemUnderTest {
+    _sim: Option<Started>,
+    _tollgate: Option<Started>,
+    /// loadgen's flags naming its target: the sim's or tollgate's URL, or the cluster's
+    /// kubeconfig.
+    target: Vec<String>,
+    /// Tollgate's `/metrics`, when it runs.
+    tollgate_metrics: Option<String>,
+}
+
+impl SystemUnderTest {
+    async fn start(
+        exec: &Execution,
+        bins: &Binaries,
+        dir: &Path,
+        load: f64,
+        resource: f64,
+    ) -> anyhow::Result<SystemUnderTest> {
+        let mut sut = SystemUnderTest {
+            _sim: None,
+            _tollgate: None,
+            target: Vec::new(),
+            tollgate_metrics: None,
+        };
+        let mut upstream: Vec<String> = Vec::new();
+        if let Some(sim) = &exec.sut.sim {
+            let mut args = vec![
+                "sim".to_owned(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--exit-with-stdin".into(),
+            ];
+            args.extend(substitute(&sim.args, load, resource));
+            const READY: &str = "serving the Kubernetes API at ";
+            let s = start(&bins.bench, &args, &dir.join("sim.log"), READY).await?;
+            let url = word_after(&s.line, READY)
+                .context("the sim's ready line has no URL")?
+                .to_owned();
+            sut.target = vec!["--server".into(), url.clone()];
+            upstream = vec!["--upstream".into(), url];
+            sut._sim = Some(s);
+        } else if let Some(k) = &exec.sut.kubeconfig {
+            sut.target = vec!["--kubeconfig".into(), k.display().to_string()];
+            upstream = vec!["--upstream-kubeconfig".into(), k.display().to_string()];
+        }
+        if let Some(tg) = &exec.sut.tollgate {
+            let mut args = vec![
+                "--listen".to_owned(),
+                "127.0.0.1:0".into(),
+                "--admin-listen".into(),
+                "127.0.0.1:0".into(),
+            ];
+            args.extend(upstream);
+            args.extend(substitute(&tg.args, load, resource));
+            const READY: &str = "tollgate serving at ";
+            let t = start(&bins.tollgate, &args, &dir.join("tollgate.log"), READY).await?;
+            let url = word_after(&t.line, READY)
+                .context("tollgate's ready line has no URL")?
+                .to_owned();
+            sut.tollgate_metrics = word_after(&t.line, "(admin ").map(|a| format!("{a}/metrics"));
+            sut.target = vec!["--server".into(), url];
+            if let Some(k) = &exec.sut.kubeconfig {
+                // Credentials stay the cluster's; only the address is tollgate's.
+                sut.target
+                    .extend(["--kubeconfig".into(), k.display().to_string()]);
+            }
+            sut._tollgate = Some(t);
+        }
+        Ok(sut)
+    }
+}
+
+/// The experiment's loadgen run, with tollgate's quota pool sampled each second into
+/// `quota.csv` meanwhile; returns loadgen's summary.
+async fn run_load(
+    exec: &Execution,
+    bins: &Binaries,
+    dir: &Path,
+    sut: &SystemUnderTest,
+    load: f64,
+    resource: f64,
+) -> anyhow::Result<Summary> {
     let out = dir.join("loadgen");
-    let mut args = target.clone();
+    let mut args = sut.target.clone();
     args.extend(substitute(&exec.loadgen.args, load, resource));
     args.extend([
         "--duration".into(),
@@ -161,7 +220,7 @@ pub async fn run(
     ]);
     let limit = humantime_secs(&exec.duration).unwrap_or(600.0) * 2.0 + 180.0;
     let done = CancellationToken::new();
-    let sampler = tollgate_metrics.map(|url| {
+    let sampler = sut.tollgate_metrics.clone().map(|url| {
         tokio::spawn(samples::each_second(
             Scraper::new(),
             url,
@@ -185,11 +244,13 @@ pub async fn run(
     let summary_path = out.join("summary.json");
     let text = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("reading {}", summary_path.display()))?;
-    let summary: Summary = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a loadgen summary", summary_path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a loadgen summary", summary_path.display()))
+}
 
-    let slos: Vec<SloOutcome> = exec
-        .slos
+/// Each SLO checked against loadgen's summary (a non-finite value counts as missing).
+fn check_slos(exec: &Execution, summary: &Summary) -> Vec<SloOutcome> {
+    exec.slos
         .iter()
         .map(|s| {
             let v = s.check(&summary.operations, summary.duration_s);
@@ -200,25 +261,7 @@ pub async fn run(
                 ok: v.ok,
             }
         })
-        .collect();
-    let ok = slos.iter().all(|s| s.ok);
-    Ok(Record {
-        load,
-        load_index: cell.load,
-        resource,
-        resource_index: cell.resource,
-        repetition,
-        ok,
-        slos,
-        output: dir
-            .strip_prefix(output)
-            .ok()
-            .map(|p| p.display().to_string()),
-        started: started_at
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default(),
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+        .collect()
 }
 
 /// Seconds in a loadgen-style duration ("90s", "2m", "1h", "500ms").

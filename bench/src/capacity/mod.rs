@@ -9,14 +9,12 @@
 //! - [`results`]: the append-only results file that replay reads.
 //! - [`experiment`]: one experiment: start the system under test, run loadgen, check SLOs.
 //! - [`samples`]: metrics sampled each second during an experiment (tollgate's quota pool).
-//! - [`run`]: the command: replay, search, write `capacity.json` and `summary.md`.
+//! - [`command`]: the command: replay, search, write `capacity.json` and `summary.md`.
 
-pub use run::CapacityArgs;
-
+pub mod command;
 pub mod execution;
 pub mod experiment;
 pub mod results;
-pub mod run;
 pub mod samples;
 pub mod search;
 pub mod slo;

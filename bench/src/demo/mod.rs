@@ -32,43 +32,25 @@ use crate::capacity::samples::{write_csv, Samples};
 use crate::report::demo::{DemoSummary, Headline, Ratios, RunSummary, Setup, SCHEMA};
 use crate::report::loadgen::LoadgenRun;
 
-use crate::process::{self, sample, start, word_after, Scraper};
+use crate::process::{self, sample, start, word_after, Scraper, Started};
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct DemoArgs {
-    /// Directory for the report (report.html, summary.md, summary.json) and each run's files.
-    #[arg(long, default_value = "report")]
+/// What the demo is asked to do; `None` takes the default of the mode (full or `quick`), as
+/// documented on the flags of [`crate::cli::DemoArgs`].
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// Directory for the report and each run's files.
     pub output: PathBuf,
-    /// The ~1-minute version (CI): a smaller control plane and 12-second runs.
-    #[arg(long)]
+    /// The ~1-minute version: a smaller control plane and shorter runs.
     pub quick: bool,
-    /// Nodes the simulated control plane starts with [default: 1000; --quick: 300].
-    #[arg(long)]
     pub nodes: Option<u64>,
-    /// Pods it starts with (~2 KB of JSON each) [default: 30000; --quick: 10000].
-    #[arg(long)]
     pub pods: Option<u64>,
-    /// Length of each of the four runs, in seconds [default: 50; --quick: 10].
-    #[arg(long)]
     pub seconds: Option<u64>,
-    /// Consistent LIST-all-pods per minute in the storm [default: 180; --quick: 600].
-    #[arg(long)]
     pub lists_per_minute: Option<f64>,
-    /// Heartbeating nodes (created by `loadgen seed`), each PATCHing its status.
-    #[arg(long, default_value_t = 1000)]
     pub heartbeat_nodes: u64,
-    /// Heartbeat status PATCHes per second, all nodes together.
-    #[arg(long, default_value_t = 100.0)]
     pub patches_per_second: f64,
-    /// Tollgate's quota refill rate in the protected run, bytes/s [default: 5000000, about 2
-    /// LISTs of every pod per minute at 30,000 pods; --quick: 20000000, about 20 at 10,000].
-    #[arg(long)]
     pub quota_bytes_per_second: Option<u64>,
-    /// Tollgate's quota burst, bytes [default: about one LIST of every pod: pods × 8400].
-    #[arg(long)]
     pub quota_burst_bytes: Option<u64>,
-    /// The modeled apiserver's memory limit (the sim's --memory-limit).
-    #[arg(long, default_value = "8Gi")]
+    /// The modeled apiserver's memory limit (the sim's `--memory-limit`).
     pub memory_limit: String,
 }
 
@@ -87,20 +69,20 @@ const RUNS: [(&str, &str, bool, bool); 4] = [
 
 /// The demo's settings once defaults are applied.
 #[derive(Debug, Clone)]
-struct Plan {
-    setup: Setup,
+pub(crate) struct Plan {
+    pub(crate) setup: Setup,
 }
 
-fn plan(a: &DemoArgs) -> Plan {
+pub(crate) fn plan(a: &DemoConfig) -> Plan {
     let q = a.quick;
     let nodes = a.nodes.unwrap_or(if q { 300 } else { 1_000 });
     let pods = a.pods.unwrap_or(if q { 10_000 } else { 30_000 });
     // Each admitted LIST of 30,000 pods holds the modeled etcd (one core, and its backend lock
     // against write commits) for ~0.3 s, delaying the heartbeats that arrive meanwhile. The
     // p99 stays at the baseline only while those are under 1% of all heartbeats: fewer than
-    // ~2 such LISTs a minute. Measured (bench/RESULTS.md): at 20 MB/s (8 LISTs/min) the
-    // protected p99 was 41 and 71 ms in two runs, at 5 MB/s (2/min) 19 and 20 ms, against
-    // 15–31 ms baselines. The quick demo's 10-second runs at a third of the size keep 20 MB/s.
+    // ~2 such LISTs a minute, which 5 MB/s admits and 20 MB/s (8 a minute) does not (runs A–D
+    // of bench/RESULTS.md's demo section). The quick demo's 10-second runs at a third of the
+    // size keep 20 MB/s.
     let rate = a
         .quota_bytes_per_second
         .unwrap_or(if q { 20_000_000 } else { 5_000_000 });
@@ -166,7 +148,7 @@ fn plan(a: &DemoArgs) -> Plan {
 
 /// Runs the demo; returns the report's path. `stop` (Ctrl-C) ends it early, killing children.
 pub async fn main(
-    args: DemoArgs,
+    args: DemoConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let bins = Binaries::beside_current_exe()?;
@@ -187,7 +169,7 @@ fn say(msg: &str) {
     eprintln!("demo: {msg}");
 }
 
-pub async fn run(args: &DemoArgs, bins: &Binaries) -> anyhow::Result<PathBuf> {
+pub async fn run(args: &DemoConfig, bins: &Binaries) -> anyhow::Result<PathBuf> {
     let p = plan(args);
     let out = &args.output;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -261,99 +243,19 @@ async fn one_run(
     through_tollgate: bool,
 ) -> anyhow::Result<u64> {
     say(&format!("{label}: starting the simulated control plane…"));
-    let mut sim_args: Vec<String> = ["sim", "--listen", "127.0.0.1:0", "--exit-with-stdin"]
-        .map(String::from)
-        .to_vec();
-    sim_args.extend(p.setup.sim_args.iter().cloned());
-    let sim = start(
-        &bins.bench,
-        &sim_args,
-        &dir.join("sim.log"),
-        "serving the Kubernetes API at ",
-    )
-    .await?;
-    let sim_url = word_after(&sim.line, "serving the Kubernetes API at ")
-        .context("the sim printed no URL")?
-        .to_owned();
-    // The heartbeating nodes: loadgen PATCHes the nodes its seed creates.
-    let seed_args: Vec<String> = [
-        "seed",
-        "--server",
-        &sim_url,
-        "--nodes",
-        &p.setup.heartbeat_nodes.to_string(),
-        "--pods",
-        "0",
-    ]
-    .map(String::from)
-    .to_vec();
-    let status = process::run_to_end(
-        &bins.loadgen,
-        &seed_args,
-        &dir.join("seed.log"),
-        Duration::from_secs(300),
-    )
-    .await?;
-    if !status.success() {
-        bail!(
-            "loadgen seed failed ({status}); see {}",
-            dir.join("seed.log").display()
-        );
-    }
-    let mut target = sim_url.clone();
-    let mut admin = None;
-    let mut _tollgate = None;
-    if through_tollgate {
-        let mut a: Vec<String> = [
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--upstream",
-            &sim_url,
-        ]
-        .map(String::from)
-        .to_vec();
-        a.extend(p.setup.tollgate_args.iter().cloned());
-        let t = start(
-            &bins.tollgate,
-            &a,
-            &dir.join("tollgate.log"),
-            "tollgate serving at ",
-        )
-        .await?;
-        target = word_after(&t.line, "serving at ")
-            .context("tollgate printed no address")?
-            .to_owned();
-        admin = word_after(&t.line, "(admin ").map(str::to_owned);
-        _tollgate = Some(t);
-    }
+    // Children are killed when these drop, at the end of the run.
+    let (_sim, sim_url) = start_control_plane(p, bins, dir).await?;
+    let (_tollgate, target, admin) = if through_tollgate {
+        let (t, target, admin) = start_tollgate(p, bins, dir, &sim_url).await?;
+        (Some(t), target, admin)
+    } else {
+        (None, sim_url.clone(), None)
+    };
 
     let scraper = Scraper::new();
     let sim_metrics = format!("{sim_url}/metrics");
     let restarts_before = restarts(&scraper, &sim_metrics).await;
-    let mut args = vec!["--server".to_owned(), target];
-    args.extend(p.setup.loadgen_args.iter().cloned());
-    if storm {
-        args.extend(
-            [
-                "--lists",
-                &format!("{}/min", p.setup.lists_per_minute),
-                "--list-resource",
-                "pods",
-                "-A",
-                "--list-rv",
-                "consistent",
-            ]
-            .map(String::from),
-        );
-    }
-    args.extend([
-        "--duration".into(),
-        format!("{}s", p.setup.duration_seconds),
-        "--output".into(),
-        dir.join("loadgen").display().to_string(),
-    ]);
+    let args = loadgen_args(p, dir, target, storm);
     say(&format!(
         "{label}: {} s of load{}…",
         p.setup.duration_seconds,
@@ -389,6 +291,113 @@ async fn one_run(
     }
     let after = restarts(&scraper, &sim_metrics).await;
     Ok(after.saturating_sub(restarts_before))
+}
+
+/// The simulated control plane, with the heartbeating nodes seeded (loadgen PATCHes the
+/// nodes its seed creates); returns it and its URL.
+async fn start_control_plane(
+    p: &Plan,
+    bins: &Binaries,
+    dir: &Path,
+) -> anyhow::Result<(Started, String)> {
+    let mut sim_args: Vec<String> = ["sim", "--listen", "127.0.0.1:0", "--exit-with-stdin"]
+        .map(String::from)
+        .to_vec();
+    sim_args.extend(p.setup.sim_args.iter().cloned());
+    let sim = start(
+        &bins.bench,
+        &sim_args,
+        &dir.join("sim.log"),
+        "serving the Kubernetes API at ",
+    )
+    .await?;
+    let sim_url = word_after(&sim.line, "serving the Kubernetes API at ")
+        .context("the sim printed no URL")?
+        .to_owned();
+    let seed_args: Vec<String> = [
+        "seed",
+        "--server",
+        &sim_url,
+        "--nodes",
+        &p.setup.heartbeat_nodes.to_string(),
+        "--pods",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec();
+    let status = process::run_to_end(
+        &bins.loadgen,
+        &seed_args,
+        &dir.join("seed.log"),
+        Duration::from_secs(300),
+    )
+    .await?;
+    if !status.success() {
+        bail!(
+            "loadgen seed failed ({status}); see {}",
+            dir.join("seed.log").display()
+        );
+    }
+    Ok((sim, sim_url))
+}
+
+/// Tollgate in front of the sim; returns it, its address and its admin address.
+async fn start_tollgate(
+    p: &Plan,
+    bins: &Binaries,
+    dir: &Path,
+    sim_url: &str,
+) -> anyhow::Result<(Started, String, Option<String>)> {
+    let mut a: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--upstream",
+        sim_url,
+    ]
+    .map(String::from)
+    .to_vec();
+    a.extend(p.setup.tollgate_args.iter().cloned());
+    let t = start(
+        &bins.tollgate,
+        &a,
+        &dir.join("tollgate.log"),
+        "tollgate serving at ",
+    )
+    .await?;
+    let target = word_after(&t.line, "serving at ")
+        .context("tollgate printed no address")?
+        .to_owned();
+    let admin = word_after(&t.line, "(admin ").map(str::to_owned);
+    Ok((t, target, admin))
+}
+
+/// loadgen's flags for one run: the heartbeats, the LIST storm if any, length and output.
+fn loadgen_args(p: &Plan, dir: &Path, target: String, storm: bool) -> Vec<String> {
+    let mut args = vec!["--server".to_owned(), target];
+    args.extend(p.setup.loadgen_args.iter().cloned());
+    if storm {
+        args.extend(
+            [
+                "--lists",
+                &format!("{}/min", p.setup.lists_per_minute),
+                "--list-resource",
+                "pods",
+                "-A",
+                "--list-rv",
+                "consistent",
+            ]
+            .map(String::from),
+        );
+    }
+    args.extend([
+        "--duration".into(),
+        format!("{}s", p.setup.duration_seconds),
+        "--output".into(),
+        dir.join("loadgen").display().to_string(),
+    ]);
+    args
 }
 
 /// `tollgate_sim_restarts_total`, retried for a while: the apiserver may be restarting.
@@ -457,33 +466,4 @@ async fn sample_loop(
         }
     }
     (memory, quota)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        demo: DemoArgs,
-    }
-
-    #[test]
-    fn quick_is_smaller_and_flags_win() {
-        let full = plan(&Cli::parse_from(["x"]).demo);
-        let quick = plan(&Cli::parse_from(["x", "--quick"]).demo);
-        assert!(quick.setup.pods < full.setup.pods);
-        assert!(quick.setup.duration_seconds < full.setup.duration_seconds);
-        assert_eq!(full.setup.nodes, 1000);
-        let custom = plan(&Cli::parse_from(["x", "--quick", "--seconds", "5", "--pods", "7"]).demo);
-        assert_eq!(custom.setup.duration_seconds, 5.0);
-        assert!(custom.setup.sim_args.contains(&"7".to_string()));
-        assert!(custom
-            .setup
-            .tollgate_args
-            .windows(2)
-            .any(|w| w[0] == "--mode" && w[1] == "enforce"));
-    }
 }

@@ -16,7 +16,7 @@ use super::svg::{verdict_grid, Chart, Series};
 use super::{fmt, Block, Document, ReportError, Table};
 use crate::capacity::results::Record;
 
-/// `capacity.json`, as `capacity::run` writes it.
+/// `capacity.json`, as `capacity::command` writes it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityJson {
@@ -259,7 +259,33 @@ pub(crate) fn verdict_grid_markdown(
 
 /// The curve, grid, experiment table and time series of one capacity directory.
 fn capacity_blocks(dir: &Path, c: &CapacityJson, prefix: &str) -> Vec<Block> {
-    let curve = Chart {
+    let mut blocks = vec![
+        Block::Chart(metric_curve(c, prefix)),
+        Block::Figure {
+            svg: verdict_grid(
+                &c.loads,
+                &c.resources,
+                &c.grid,
+                &c.load_name,
+                &c.resource_name,
+            ),
+            markdown: grid_markdown(c),
+        },
+    ];
+    let records = read_records(dir);
+    if records.is_empty() {
+        return blocks;
+    }
+    let (table, runs) = experiment_table(dir, c, &records);
+    blocks.push(Block::Heading(format!("{prefix}Experiments")));
+    blocks.push(Block::Table(table));
+    blocks.extend(experiment_charts(c, prefix, &runs));
+    blocks
+}
+
+/// The metric: capacity (load per resource amount) or demand (resource per load).
+fn metric_curve(c: &CapacityJson, prefix: &str) -> Chart {
+    Chart {
         title: format!("{prefix}{} curve", capitalized(&c.metric)),
         x_label: if c.metric == "demand" {
             c.load_name.clone()
@@ -280,24 +306,19 @@ fn capacity_blocks(dir: &Path, c: &CapacityJson, prefix: &str) -> Vec<Block> {
                 .collect(),
         }],
         log_y: false,
-    };
-    let mut blocks = vec![
-        Block::Chart(curve),
-        Block::Figure {
-            svg: verdict_grid(
-                &c.loads,
-                &c.resources,
-                &c.grid,
-                &c.load_name,
-                &c.resource_name,
-            ),
-            markdown: grid_markdown(c),
-        },
-    ];
-    let records = read_records(dir);
-    if records.is_empty() {
-        return blocks;
     }
+}
+
+/// One experiment's loadgen output and quota samples, named `load×resource`.
+type ExperimentRun = (String, LoadgenRun, Vec<(f64, f64)>);
+
+/// One row per repetition (cell, verdict, each SLO's value), and the runs whose files are
+/// still there.
+fn experiment_table(
+    dir: &Path,
+    c: &CapacityJson,
+    records: &[Record],
+) -> (Table, Vec<ExperimentRun>) {
     let mut t = Table {
         header: vec![
             c.load_name.clone(),
@@ -311,7 +332,7 @@ fn capacity_blocks(dir: &Path, c: &CapacityJson, prefix: &str) -> Vec<Block> {
         t.header.push(s.name.clone());
     }
     let mut runs = Vec::new();
-    for r in &records {
+    for r in records {
         let mut row = vec![
             fmt(r.load),
             fmt(r.resource),
@@ -333,8 +354,13 @@ fn capacity_blocks(dir: &Path, c: &CapacityJson, prefix: &str) -> Vec<Block> {
             }
         }
     }
-    blocks.push(Block::Heading(format!("{prefix}Experiments")));
-    blocks.push(Block::Table(t));
+    (t, runs)
+}
+
+/// Per second, one series per experiment: each operation's p99, 429s, other errors, and
+/// tollgate's quota pool when sampled.
+fn experiment_charts(c: &CapacityJson, prefix: &str, runs: &[ExperimentRun]) -> Vec<Block> {
+    let mut blocks = Vec::new();
     let mut ops: Vec<String> = runs
         .iter()
         .flat_map(|(_, lg, _)| lg.timeseries.keys().cloned())

@@ -13,8 +13,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::loadgen::{read_samples, LoadgenRun};
-use super::svg::{Chart, Series};
+use super::loadgen::{chart, operations_table, opt, read_samples, LoadgenRun};
+use super::svg::Series;
 use super::{fmt, Block, Document, ReportError, Table};
 
 pub const SCHEMA: &str = "tollgate.demo/v1";
@@ -252,10 +252,6 @@ pub fn read_summary(dir: &Path) -> Result<DemoSummary, ReportError> {
     Ok(s)
 }
 
-fn opt(v: Option<f64>) -> String {
-    v.map_or("–".into(), fmt)
-}
-
 /// The headline table.
 pub fn headline_table(h: &[Headline]) -> Table {
     Table {
@@ -332,54 +328,14 @@ pub fn verdict(h: &[Headline]) -> String {
     s.trim().to_owned()
 }
 
-/// Per-operation figures of one loadgen run.
-pub fn operations_table(lg: &LoadgenRun) -> Table {
-    let mut t = Table {
-        header: [
-            "operation",
-            "requests",
-            "p50 ms",
-            "p90 ms",
-            "p99 ms",
-            "max ms",
-            "429s",
-            "errors (not 429)",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: vec![],
-    };
-    for o in lg.summary["operations"].as_array().into_iter().flatten() {
-        let name = o["name"].as_str().unwrap_or("?");
-        let l = |p: &str| opt(o["latency_ms"][p].as_f64());
-        t.rows.push(vec![
-            name.to_owned(),
-            o["requests"].as_u64().unwrap_or(0).to_string(),
-            l("p50"),
-            l("p90"),
-            l("p99"),
-            l("max"),
-            lg.status_count(name, "429").to_string(),
-            lg.errors(name).to_string(),
-        ]);
-    }
-    t
-}
-
-fn chart(title: &str, y: &str, series: Vec<Series>, log_y: bool) -> Block {
-    Block::Chart(Chart {
-        title: title.into(),
-        x_label: "second of the run".into(),
-        y_label: y.into(),
-        series,
-        log_y,
-    })
-}
+/// One demo run as the report reads it: its summary, loadgen's output, and the memory and
+/// quota samples.
+type DemoRun<'a> = (&'a RunSummary, LoadgenRun, Vec<(f64, f64)>, Vec<(f64, f64)>);
 
 /// The demo's report.
 pub fn document(dir: &Path) -> Result<Document, ReportError> {
     let s = read_summary(dir)?;
-    let mut runs = Vec::new();
+    let mut runs: Vec<DemoRun> = Vec::new();
     for r in &s.runs {
         let run_dir = dir.join(&r.dir);
         let lg = LoadgenRun::read(&run_dir.join("loadgen"))?;
@@ -392,22 +348,48 @@ pub fn document(dir: &Path) -> Result<Document, ReportError> {
         Block::Text(verdict(&s.headline)),
         Block::Text(ratios.sentence()),
         Block::Table(ratios.table()),
-        Block::Text(format!(
-            "Setup: a simulated control plane with the modeled cost (a 2-core apiserver and \
-             etcd), {} nodes and {} pods; {} nodes heartbeat with status PATCHes at {}/s; the \
-             storm is {} consistent LISTs of all pods per minute (they read etcd); each run \
-             lasts {} s on a freshly started control plane. Tollgate in enforce mode, quota \
-             {} bytes/s, burst {} bytes.{}",
-            s.setup.nodes,
-            s.setup.pods,
-            s.setup.heartbeat_nodes,
-            fmt(s.setup.patches_per_second),
-            fmt(s.setup.lists_per_minute),
-            fmt(s.setup.duration_seconds),
-            s.setup.quota_bytes_per_second,
-            s.setup.quota_burst_bytes,
-            if s.quick { " (quick version)" } else { "" }
-        )),
+        Block::Text(setup_text(&s)),
+    ];
+    blocks.extend(over_time(&runs));
+    blocks.push(Block::Heading("Each run".into()));
+    for (r, lg, ..) in &runs {
+        blocks.push(Block::Text(format!(
+            "**{}** ({}; sim crashes: {}):",
+            r.title, r.dir, r.sim_restarts
+        )));
+        blocks.push(Block::Table(operations_table(lg)));
+    }
+    Ok(Document {
+        title: "Tollgate demo: a LIST storm against node heartbeats".into(),
+        headline: headline_table(&s.headline),
+        blocks,
+    })
+}
+
+/// What was run, in a sentence the reader needs before the numbers.
+fn setup_text(s: &DemoSummary) -> String {
+    format!(
+        "Setup: a simulated control plane with the modeled cost (a 2-core apiserver and \
+         etcd), {} nodes and {} pods; {} nodes heartbeat with status PATCHes at {}/s; the \
+         storm is {} consistent LISTs of all pods per minute (they read etcd); each run \
+         lasts {} s on a freshly started control plane. Tollgate in enforce mode, quota \
+         {} bytes/s, burst {} bytes.{}",
+        s.setup.nodes,
+        s.setup.pods,
+        s.setup.heartbeat_nodes,
+        fmt(s.setup.patches_per_second),
+        fmt(s.setup.lists_per_minute),
+        fmt(s.setup.duration_seconds),
+        s.setup.quota_bytes_per_second,
+        s.setup.quota_burst_bytes,
+        if s.quick { " (quick version)" } else { "" }
+    )
+}
+
+/// The runs side by side, per second: latencies, 429s, errors and LISTs served, the quota pool
+/// and the modeled apiserver's memory.
+fn over_time(runs: &[DemoRun]) -> Vec<Block> {
+    vec![
         Block::Heading("Latency over time".into()),
         chart(
             "Heartbeat PATCH p99 per second",
@@ -481,51 +463,7 @@ pub fn document(dir: &Path) -> Result<Document, ReportError> {
                 .collect(),
             false,
         ),
-        Block::Heading("Each run".into()),
-    ];
-    for (r, lg, ..) in &runs {
-        blocks.push(Block::Text(format!(
-            "**{}** ({}; sim crashes: {}):",
-            r.title, r.dir, r.sim_restarts
-        )));
-        blocks.push(Block::Table(operations_table(lg)));
-    }
-    Ok(Document {
-        title: "Tollgate demo: a LIST storm against node heartbeats".into(),
-        headline: headline_table(&s.headline),
-        blocks,
-    })
-}
-
-/// The report of a plain loadgen output directory.
-pub fn loadgen_document(lg: &LoadgenRun) -> Document {
-    let ops: Vec<&String> = lg.timeseries.keys().collect();
-    let per_op = |f: fn(&super::loadgen::SecondRow) -> f64| -> Vec<Series> {
-        ops.iter().map(|o| lg.latency_series(o, o, f)).collect()
-    };
-    let per_op_count = |f: fn(&super::loadgen::SecondRow) -> f64| -> Vec<Series> {
-        ops.iter().map(|o| lg.series(o, o, f)).collect()
-    };
-    Document {
-        title: format!("loadgen run: {}", lg.dir.display()),
-        headline: operations_table(lg),
-        blocks: vec![
-            chart("p99 per second", "ms", per_op(|x| x.p99_ms), true),
-            chart("p50 per second", "ms", per_op(|x| x.p50_ms), true),
-            chart(
-                "429 answers per second",
-                "429/s",
-                per_op_count(|x| x.rejected_429),
-                false,
-            ),
-            chart(
-                "Errors per second (other than 429)",
-                "errors/s",
-                per_op_count(|x| x.errors - x.rejected_429),
-                false,
-            ),
-        ],
-    }
+    ]
 }
 
 #[cfg(test)]

@@ -1,12 +1,14 @@
 //! Reading what loadgen and the samplers wrote: loadgen's `timeseries.csv` (one row per second
 //! per operation) and `summary.json`, and the two-column `second,value` files the demo's
-//! metric samplers write (quota pool level, modeled apiserver memory).
+//! metric samplers write (quota pool level, modeled apiserver memory); and the report of a
+//! plain loadgen output directory, whose per-second charts and operations table the demo's
+//! report reuses.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::svg::Series;
-use super::ReportError;
+use super::svg::{Chart, Series};
+use super::{fmt, Block, Document, ReportError, Table};
 
 /// One row of loadgen's `timeseries.csv`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -223,6 +225,89 @@ pub fn read_samples(path: &Path) -> Result<Vec<(f64, f64)>, ReportError> {
             Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
         })
         .collect())
+}
+
+// === the report of a loadgen run ===
+
+/// The report of a plain loadgen output directory.
+pub fn loadgen_document(lg: &LoadgenRun) -> Document {
+    let ops: Vec<&String> = lg.timeseries.keys().collect();
+    let per_op = |f: fn(&SecondRow) -> f64| -> Vec<Series> {
+        ops.iter().map(|o| lg.latency_series(o, o, f)).collect()
+    };
+    let per_op_count = |f: fn(&SecondRow) -> f64| -> Vec<Series> {
+        ops.iter().map(|o| lg.series(o, o, f)).collect()
+    };
+    Document {
+        title: format!("loadgen run: {}", lg.dir.display()),
+        headline: operations_table(lg),
+        blocks: vec![
+            chart("p99 per second", "ms", per_op(|x| x.p99_ms), true),
+            chart("p50 per second", "ms", per_op(|x| x.p50_ms), true),
+            chart(
+                "429 answers per second",
+                "429/s",
+                per_op_count(|x| x.rejected_429),
+                false,
+            ),
+            chart(
+                "Errors per second (other than 429)",
+                "errors/s",
+                per_op_count(|x| x.errors - x.rejected_429),
+                false,
+            ),
+        ],
+    }
+}
+
+/// Per-operation figures of one loadgen run.
+pub fn operations_table(lg: &LoadgenRun) -> Table {
+    let mut t = Table {
+        header: [
+            "operation",
+            "requests",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "max ms",
+            "429s",
+            "errors (not 429)",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: vec![],
+    };
+    for o in lg.summary["operations"].as_array().into_iter().flatten() {
+        let name = o["name"].as_str().unwrap_or("?");
+        let l = |p: &str| opt(o["latency_ms"][p].as_f64());
+        t.rows.push(vec![
+            name.to_owned(),
+            o["requests"].as_u64().unwrap_or(0).to_string(),
+            l("p50"),
+            l("p90"),
+            l("p99"),
+            l("max"),
+            lg.status_count(name, "429").to_string(),
+            lg.errors(name).to_string(),
+        ]);
+    }
+    t
+}
+
+/// A chart over the seconds of a run.
+pub(super) fn chart(title: &str, y: &str, series: Vec<Series>, log_y: bool) -> Block {
+    Block::Chart(Chart {
+        title: title.into(),
+        x_label: "second of the run".into(),
+        y_label: y.into(),
+        series,
+        log_y,
+    })
+}
+
+/// A figure, or a dash when there is none.
+pub(super) fn opt(v: Option<f64>) -> String {
+    v.map_or("–".into(), fmt)
 }
 
 #[cfg(test)]

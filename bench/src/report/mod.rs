@@ -260,7 +260,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, ReportError> {
         demo::document(dir)?.write(dir, "summary.md")
     } else if dir.join("summary.json").exists() {
         let run = loadgen::LoadgenRun::read(dir)?;
-        demo::loadgen_document(&run).write(dir, "report.md")
+        loadgen::loadgen_document(&run).write(dir, "report.md")
     } else {
         Err(ReportError::Unknown(dir.to_owned()))
     }

@@ -87,7 +87,6 @@ impl Chart {
 
     /// The chart as an `<svg>` element. An empty chart says so instead of drawing axes.
     pub fn to_svg(&self) -> String {
-        let pts = || self.series.iter().flat_map(|s| s.drawn(self.log_y));
         let mut svg = format!(
             "<svg class=\"chart\" viewBox=\"0 0 {W} {H}\" \
              width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{}\">\n\
@@ -99,53 +98,39 @@ impl Chart {
             svg.push_str("<text x=\"70\" y=\"150\">no data</text>\n</svg>\n");
             return svg;
         }
-        let ty = |y: f64| if self.log_y { y.max(1e-3).log10() } else { y };
-        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-        for (x, y) in pts() {
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y0 = y0.min(ty(y));
-            y1 = y1.max(ty(y));
-        }
-        if !self.log_y {
-            y0 = y0.min(0.0);
-        } else {
-            y0 = y0.floor();
-            y1 = y1.ceil();
-        }
-        if x1 - x0 < 1e-9 {
-            x1 = x0 + 1.0;
-        }
-        if y1 - y0 < 1e-9 {
-            y1 = y0 + 1.0;
-        }
-        let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-        let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * pw;
-        let sy = |y: f64| TOP + ph - (ty(y) - y0) / (y1 - y0) * ph;
-        // Axes and ticks.
+        let frame = Frame::fit(self);
+        self.axes(&mut svg, &frame);
+        self.lines(&mut svg, &frame);
+        svg.push_str("</svg>\n");
+        svg
+    }
+
+    /// The plot's frame, ticks on both axes and the axis labels.
+    fn axes(&self, svg: &mut String, f: &Frame) {
+        let (pw, ph) = (f.pw, f.ph);
         let _ = writeln!(
             svg,
             "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#999\"/>"
         );
         for i in 0..=4 {
-            let mut x = x0 + (x1 - x0) * f64::from(i) / 4.0;
-            if x1 - x0 >= 8.0 {
+            let mut x = f.x0 + (f.x1 - f.x0) * f64::from(i) / 4.0;
+            if f.x1 - f.x0 >= 8.0 {
                 // Whole seconds (or units) read better than 3.25.
                 x = x.round();
             }
             let _ = writeln!(
                 svg,
                 "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{}</text>",
-                sx(x),
+                f.sx(x),
                 TOP + ph + 15.0,
                 tick_label(x)
             );
         }
         let y_ticks: Vec<f64> = if self.log_y {
-            (y0 as i32..=y1 as i32).map(|e| 10f64.powi(e)).collect()
+            (f.y0 as i32..=f.y1 as i32).map(|e| 10f64.powi(e)).collect()
         } else {
             (0..=4)
-                .map(|i| y0 + (y1 - y0) * f64::from(i) / 4.0)
+                .map(|i| f.y0 + (f.y1 - f.y0) * f64::from(i) / 4.0)
                 .collect()
         };
         for y in y_ticks {
@@ -155,9 +140,9 @@ impl Chart {
                  <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"end\">{}</text>",
                 LEFT + pw,
                 LEFT - 5.0,
-                sy(y) + 4.0,
+                f.sy(y) + 4.0,
                 tick_label(y),
-                py = sy(y),
+                py = f.sy(y),
             );
         }
         let _ = writeln!(
@@ -176,7 +161,10 @@ impl Chart {
                 if self.log_y { " (log)" } else { "" }
             ))
         );
-        // Lines, points (circles carry a <title> with the value), legend.
+    }
+
+    /// Lines, points (circles carry a <title> with the value), legend.
+    fn lines(&self, svg: &mut String, f: &Frame) {
         for (i, s) in self.series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let points: Vec<(f64, f64)> = s.drawn(self.log_y).collect();
@@ -189,8 +177,8 @@ impl Chart {
                     d,
                     "{}{:.1},{:.1} ",
                     if j == 0 { "M" } else { "L" },
-                    sx(*x),
-                    sy(*y)
+                    f.sx(*x),
+                    f.sy(*y)
                 );
             }
             let _ = writeln!(
@@ -203,8 +191,8 @@ impl Chart {
                     svg,
                     "<circle class=\"point\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"2\" fill=\"{color}\">\
                      <title>{}: {} = {}</title></circle>",
-                    sx(*x),
-                    sy(*y),
+                    f.sx(*x),
+                    f.sy(*y),
                     escape(&s.name),
                     tick_label(*x),
                     tick_label(*y)
@@ -215,15 +203,76 @@ impl Chart {
                 svg,
                 "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{color}\"/>\
                  <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>",
-                LEFT + pw + 10.0,
+                LEFT + f.pw + 10.0,
                 ly - 9.0,
-                LEFT + pw + 24.0,
+                LEFT + f.pw + 24.0,
                 ly,
                 escape(&s.name)
             );
         }
-        svg.push_str("</svg>\n");
-        svg
+    }
+}
+
+/// The data ranges a chart shows (y in log10 units on a log axis) and the plot area they
+/// map onto.
+struct Frame {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+    log_y: bool,
+    pw: f64,
+    ph: f64,
+}
+
+impl Frame {
+    /// The ranges of a chart's drawn points: y from 0 on a linear axis, whole decades on a
+    /// log one, never empty.
+    fn fit(chart: &Chart) -> Frame {
+        let mut f = Frame {
+            x0: f64::MAX,
+            x1: f64::MIN,
+            y0: f64::MAX,
+            y1: f64::MIN,
+            log_y: chart.log_y,
+            pw: W - LEFT - RIGHT,
+            ph: H - TOP - BOTTOM,
+        };
+        for (x, y) in chart.series.iter().flat_map(|s| s.drawn(chart.log_y)) {
+            f.x0 = f.x0.min(x);
+            f.x1 = f.x1.max(x);
+            f.y0 = f.y0.min(f.ty(y));
+            f.y1 = f.y1.max(f.ty(y));
+        }
+        if !f.log_y {
+            f.y0 = f.y0.min(0.0);
+        } else {
+            f.y0 = f.y0.floor();
+            f.y1 = f.y1.ceil();
+        }
+        if f.x1 - f.x0 < 1e-9 {
+            f.x1 = f.x0 + 1.0;
+        }
+        if f.y1 - f.y0 < 1e-9 {
+            f.y1 = f.y0 + 1.0;
+        }
+        f
+    }
+
+    fn ty(&self, y: f64) -> f64 {
+        if self.log_y {
+            y.max(1e-3).log10()
+        } else {
+            y
+        }
+    }
+
+    fn sx(&self, x: f64) -> f64 {
+        LEFT + (x - self.x0) / (self.x1 - self.x0) * self.pw
+    }
+
+    fn sy(&self, y: f64) -> f64 {
+        TOP + self.ph - (self.ty(y) - self.y0) / (self.y1 - self.y0) * self.ph
     }
 }
 

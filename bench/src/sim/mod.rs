@@ -4,60 +4,56 @@
 //! tell it from the real thing for the resources it serves. With `--store etcd`
 //! the objects live in a real etcd and the in-memory store is the watch cache.
 //!
-//! Layout:
-//! - [`api`]: one request's way (authenticate, parse, max-in-flight, route, count); `nonresource`: health, discovery, `/metrics`.
+//! Layout, by what each part is:
+//! - [`api`]: the API surface. Its `mod.rs` is one request's way (authenticate, parse,
+//!   max-in-flight, route, count); `reads` (the GET, LIST and WATCH handlers), [`api::list`],
+//!   [`api::watch`], [`api::write`], [`api::delete`] and [`api::patch`] serve the verbs;
+//!   `nonresource` and [`api::discovery`] the paths that name no resource; [`api::table`],
+//!   [`api::respond`], [`api::protobuf`] and [`api::validate`] the wire formats and the
+//!   apiserver's rules for names.
+//! - [`storage`]: where objects live. [`storage::store`] (revisions, snapshots, history) and
+//!   [`storage::object`]; [`storage::etcd`] (keys, txns, ranges, the cache's feed) behind the
+//!   memory-or-etcd choice in `storage`'s `mod.rs`; [`storage::seed_objects`] (what the sim
+//!   starts with); [`storage::reaper`] (graceful deletes); [`storage::etcd_server`] (a local
+//!   etcd process for tests and the demo).
+//! - [`auth`]: identities and certificates: [`auth::authn`], [`auth::token_file`],
+//!   [`auth::pki`], [`auth::tls`], [`auth::kubeconfig`].
 //! - [`model`]: the cost model (`--cost-model modeled`): stations, memory, crash and restart.
-//! - [`list`], [`watch`], [`write`]: the verbs; [`patch`]: the three patch types.
-//! - [`store`], [`object`]: revisions, snapshots, history; [`reaper`]: graceful deletes.
-//! - [`storage`]: memory or etcd, chosen at start; [`etcd`]: keys, txns, ranges, the cache's feed;
-//!   [`etcd_server`]: a local etcd process for tests and the demo.
-//! - [`resources`], [`discovery`], [`table`]: what is served and how kubectl sees it.
-//! - [`authn`], [`token_file`], [`pki`], [`tls`], [`kubeconfig`]: identities, certificates, client config.
-//! - [`inflight`], [`metrics`], [`seed`], [`server`], [`respond`], [`clock`], [`validate`].
+//! - Beside them, what every part reads or the server wraps around them: [`resources`] (what
+//!   is served; the API, the store and the model index by it), [`clock`] (timestamps as the
+//!   API writes them), [`server`] (accepting connections), [`inflight`] (max-in-flight),
+//!   [`metrics`] (`/metrics`), `config` (settings and start-up errors).
+//!
+//! `api` and `storage` import each other: the handlers call storage, and storage reads with the
+//! plan `api::list` makes from a request (revision, selectors, page), which both stores execute.
 
 pub mod api;
-pub mod authn;
+pub mod auth;
 pub mod clock;
 mod config;
-pub mod discovery;
-pub mod etcd;
-pub mod etcd_server;
 pub mod inflight;
-pub mod kubeconfig;
-pub mod list;
 pub mod metrics;
 pub mod model;
-mod nonresource;
-pub mod object;
-pub mod patch;
-pub mod pki;
-pub mod protobuf;
-pub mod reaper;
 pub mod resources;
-pub mod respond;
-pub mod seed;
 pub mod server;
 pub mod storage;
-pub mod store;
-pub mod table;
-pub mod tls;
-pub mod token_file;
-pub mod validate;
-pub mod watch;
-pub mod write;
 
-pub use config::{ByteSize, CostModel, SimArgs, SimError, StoreKind};
+/// Kept at its old path for callers outside the crate (tests, loadgen's etcd test).
+pub use storage::etcd_server;
+
+pub(crate) use config::read_file;
+pub use config::{CostModel, ServingCert, SimConfig, SimError, StoreKind};
 
 use api::{Api, ApiConfig};
-use authn::{Authenticator, AuthnConfig};
-use etcd::EtcdStore;
+use auth::authn::{Authenticator, AuthnConfig};
 use inflight::Inflight;
 use metrics::{KindLabels, SimMetrics};
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use storage::etcd::EtcdStore;
+use storage::store::Store;
 use storage::Storage;
-use store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -90,85 +86,56 @@ impl Drop for RunningSim {
 }
 
 /// Binds, seeds and starts serving; returns once the simulator is ready.
-pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
-    tls::install_crypto_provider();
-    let authn_config = args.authn_config()?;
-    let model_config = args.model_config()?;
+pub async fn start(config: SimConfig) -> Result<RunningSim, SimError> {
+    auth::tls::install_crypto_provider();
     let authn =
-        Authenticator::new(authn_config.clone()).map_err(|e| SimError::Config(e.to_string()))?;
-    let listener = TcpListener::bind(&args.listen)
+        Authenticator::new(config.authn.clone()).map_err(|e| SimError::Config(e.to_string()))?;
+    let listener = TcpListener::bind(&config.listen)
         .await
-        .map_err(|e| SimError::Bind(args.listen.clone(), e))?;
+        .map_err(|e| SimError::Bind(config.listen.clone(), e))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| SimError::Bind(args.listen.clone(), e))?;
-    let (acceptor, ca_pem) = if args.tls {
-        let (cfg, ca) = config::tls_setup(&args, &authn_config)?;
-        (Some(tokio_rustls::TlsAcceptor::from(cfg)), ca)
-    } else {
-        (None, None)
+        .map_err(|e| SimError::Bind(config.listen.clone(), e))?;
+    let (acceptor, ca_pem) = match &config.tls {
+        Some(serving) => {
+            let (cfg, ca) = config::tls_setup(serving, &config.authn)?;
+            (Some(tokio_rustls::TlsAcceptor::from(cfg)), ca)
+        }
+        None => (None, None),
     };
-    let scheme = if args.tls { "https" } else { "http" };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let url = format!("{scheme}://{addr}");
 
-    let store = Arc::new(Store::new(resources::RESOURCES.len(), args.history_window));
+    let store = Arc::new(Store::new(
+        resources::RESOURCES.len(),
+        config.history_window,
+    ));
     let stop = CancellationToken::new();
     // Until the server runs, a failed start stops what was spawned (the etcd feed).
     let stop_on_error = stop.clone().drop_guard();
     let started = std::time::Instant::now();
-    let storage = Arc::new(open_storage(&args, store.clone(), stop.clone()).await?);
+    let storage = Arc::new(open_storage(&config, store.clone(), stop.clone()).await?);
     tracing::info!(
-        nodes = args.nodes,
-        pods = args.pods,
-        store = ?args.store,
+        nodes = config.seed.nodes,
+        pods = config.seed.pods,
+        store = ?config.store,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "seeded"
     );
 
-    let mut registry = Registry::default();
-    let metrics = SimMetrics::register(&mut registry);
-    let gauges = ["readOnly", "mutating"].map(|k| {
-        metrics
-            .inflight
-            .get_or_create(&KindLabels {
-                request_kind: k.into(),
-            })
-            .clone()
-    });
-    let inflight = Inflight::new(
-        args.max_requests_inflight,
-        args.max_mutating_requests_inflight,
-        gauges,
-    );
-    let model = model::ControlPlane::start(
-        model_config,
-        store.clone(),
-        &mut registry,
-        metrics.process_start.clone(),
-        stop.clone(),
-    );
-    let reaper = reaper::Reaper::new();
-    tokio::spawn(reaper.clone().run(storage.clone(), stop.clone()));
-    let api = Arc::new(Api {
-        store,
-        storage,
-        metrics,
-        registry,
-        inflight,
-        authn,
-        reaper,
-        config: ApiConfig {
-            max_body_bytes: args.max_request_body_bytes,
-            bookmark_every: args.bookmark_interval.0,
-            kubelet_delete_delay: args.kubelet_delete_delay.0,
-            server_address: addr.to_string(),
-        },
-        shutdown: stop.clone(),
-        model,
-    });
-    if let Some(path) = &args.kubeconfig_out {
-        kubeconfig::write_kubeconfig(path, &url, ca_pem.as_deref(), &kubeconfig::KubeUser::None)
-            .map_err(|e| SimError::Config(e.to_string()))?;
+    let api = serving_state(&config, addr, store, storage, authn, &stop);
+    if let Some(path) = &config.kubeconfig_out {
+        auth::kubeconfig::write_kubeconfig(
+            path,
+            &url,
+            ca_pem.as_deref(),
+            &auth::kubeconfig::KubeUser::None,
+        )
+        .map_err(|e| SimError::Config(e.to_string()))?;
     }
     let server = tokio::spawn(server::serve(
         listener,
@@ -188,57 +155,112 @@ pub async fn start(args: SimArgs) -> Result<RunningSim, SimError> {
     })
 }
 
+/// Everything a request may touch: metrics, the max-in-flight limits, the cost model and
+/// the reaper (started here) around the store.
+fn serving_state(
+    config: &SimConfig,
+    addr: SocketAddr,
+    store: Arc<Store>,
+    storage: Arc<Storage>,
+    authn: Authenticator,
+    stop: &CancellationToken,
+) -> Arc<Api> {
+    let mut registry = Registry::default();
+    let metrics = SimMetrics::register(&mut registry);
+    let gauges = ["readOnly", "mutating"].map(|k| {
+        metrics
+            .inflight
+            .get_or_create(&KindLabels {
+                request_kind: k.into(),
+            })
+            .clone()
+    });
+    let inflight = Inflight::new(
+        config.max_requests_inflight,
+        config.max_mutating_requests_inflight,
+        gauges,
+    );
+    let model = model::ControlPlane::start(
+        config.model.clone(),
+        store.clone(),
+        &mut registry,
+        metrics.process_start.clone(),
+        stop.clone(),
+    );
+    let reaper = storage::reaper::Reaper::new();
+    tokio::spawn(reaper.clone().run(storage.clone(), stop.clone()));
+    Arc::new(Api {
+        store,
+        storage,
+        metrics,
+        registry,
+        inflight,
+        authn,
+        reaper,
+        config: ApiConfig {
+            max_body_bytes: config.max_request_body_bytes,
+            bookmark_every: config.bookmark_interval,
+            kubelet_delete_delay: config.kubelet_delete_delay,
+            server_address: addr.to_string(),
+        },
+        shutdown: stop.clone(),
+        model,
+    })
+}
+
 /// Seeds the chosen store. With etcd: seeds etcd, loads the watch cache from
 /// it and starts the watch that keeps the cache fed until `stop`.
 async fn open_storage(
-    args: &SimArgs,
+    config: &SimConfig,
     cache: Arc<Store>,
     stop: CancellationToken,
 ) -> Result<Storage, SimError> {
-    let spec = args.seed_spec();
-    match args.store {
+    let spec = config.seed.clone();
+    match config.store {
         StoreKind::Memory => {
             let seed_store = cache.clone();
-            tokio::task::spawn_blocking(move || seed::seed(&seed_store, &spec))
+            tokio::task::spawn_blocking(move || storage::seed_objects::seed(&seed_store, &spec))
                 .await
                 .map_err(|e| SimError::Config(format!("seeding failed: {e}")))?;
             Ok(Storage::memory(cache))
         }
         StoreKind::Etcd => {
-            let endpoints = args.etcd_endpoints.join(",");
+            let endpoints = config.etcd_endpoints.join(",");
             let err = |source| SimError::Etcd {
                 endpoints: endpoints.clone(),
                 source,
             };
-            let etcd = EtcdStore::connect(&args.etcd_endpoints)
+            let etcd = EtcdStore::connect(&config.etcd_endpoints)
                 .await
                 .map_err(err)?;
-            let mut sink = etcd::EtcdSeedSink {
+            let mut sink = storage::etcd::EtcdSeedSink {
                 etcd: etcd.clone(),
                 runtime: tokio::runtime::Handle::current(),
             };
-            tokio::task::spawn_blocking(move || seed::seed_into(&mut sink, &spec))
+            tokio::task::spawn_blocking(move || storage::seed_objects::seed_into(&mut sink, &spec))
                 .await
                 .map_err(|e| SimError::Config(format!("seeding failed: {e}")))?
-                .map_err(|e| err(store::StoreError::Storage(e)))?;
+                .map_err(|e| err(storage::store::StoreError::Storage(e)))?;
             let loaded = etcd.load(&cache).await.map_err(err)?;
             tokio::spawn(etcd.clone().feed(cache.clone(), loaded, stop));
-            Ok(Storage::etcd(cache, etcd, args.watch_cache_wait_timeout.0))
+            Ok(Storage::etcd(cache, etcd, config.watch_cache_wait_timeout))
         }
     }
 }
 
 /// Runs the simulator until `shutdown` completes (the binary's entry point).
 pub async fn run(
-    args: SimArgs,
+    config: SimConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SimError> {
-    let sim = start(args.clone()).await?;
+    let kubeconfig_out = config.kubeconfig_out.clone();
+    let exit_with_stdin = config.exit_with_stdin;
+    let sim = start(config).await?;
     println!(
         "tollgate-bench sim: serving the Kubernetes API at {}",
         sim.url
     );
-    if let Some(p) = &args.kubeconfig_out {
+    if let Some(p) = &kubeconfig_out {
         println!(
             "kubeconfig written to {} (try: kubectl --kubeconfig {} get nodes)",
             p.display(),
@@ -246,7 +268,7 @@ pub async fn run(
         );
     }
     let stdin_closed = async {
-        if args.exit_with_stdin {
+        if exit_with_stdin {
             let mut sink = tokio::io::sink();
             let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
         } else {

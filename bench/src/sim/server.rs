@@ -2,8 +2,8 @@
 //! same port (250 concurrent streams per HTTP/2 connection, as kube-apiserver
 //! advertises), and a graceful stop that ends open watches.
 
-use super::api::{Api, Peer};
-use super::tls::peer_certificates;
+use crate::sim::api::{Api, Peer};
+use crate::sim::auth::tls::peer_certificates;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;

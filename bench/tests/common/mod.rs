@@ -155,8 +155,9 @@ impl Watch {
 pub async fn sim(flags: &[&str]) -> bench::sim::RunningSim {
     let mut args = vec!["sim", "--listen", "127.0.0.1:0"];
     args.extend_from_slice(flags);
-    let parsed = <bench::sim::SimArgs as clap::Parser>::parse_from(args);
-    bench::sim::start(parsed).await.expect("sim starts")
+    let parsed = <bench::cli::SimArgs as clap::Parser>::parse_from(args);
+    let config = parsed.into_config().expect("flags make a config");
+    bench::sim::start(config).await.expect("sim starts")
 }
 
 /// Which store a behaviour test runs against: every one runs against both.

@@ -15,12 +15,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use apimodel::headers::{LANE_HEADER, PRIORITY_LEVEL_HEADER};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::ops::Planned;
 use crate::record::{ClassSource, ErrorClass};
-use crate::send::{LANE_HEADER, PRIORITY_LEVEL_HEADER};
 
 /// Largest response head read; a longer one is a protocol error (hyper's
 /// default limit is larger, but an apiserver head is well under 1 KB).

@@ -5,7 +5,6 @@
 //! `perfdata.json` and table).
 //!
 //! # Layout
-//! - [`args`]: the flags ([`EtcdArgs`]) and their checks, into an [`EtcdConfig`].
 //! - [`value`]: the values written (stamped with their send time, padded to size).
 //! - `connect`: one client (one HTTP/2 connection) per operation, the reachability check, error mapping.
 //! - `seed`: preloading N keys under the range prefix before the clock starts.
@@ -19,7 +18,6 @@
 //! DeadlineExceeded → 504, …, as grpc-gateway maps them) so the report's
 //! schema is the API runs' own; a failed connection is a `connection` error.
 
-pub mod args;
 mod connect;
 mod drive;
 mod seed;
@@ -35,12 +33,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use args::EtcdArgs;
-
 use crate::rate::Rate;
 use crate::record::OpRecorder;
 use crate::report::Report;
 use crate::schedule::ScheduleKind;
+use crate::window::{write_output, Scraping, Window};
 
 /// Operation names in the report.
 pub const OP_RANGE: &str = "etcd-range";
@@ -50,7 +47,7 @@ pub const OP_WATCH: &str = "etcd-watch";
 /// Where `--seed` keys go, under the range prefix.
 pub const SEED_DIR: &str = "loadgen-seed/";
 
-/// A `loadgen etcd` run, typed; built by [`EtcdArgs::into_config`] or by hand.
+/// A `loadgen etcd` run, typed; built by [`crate::cli::etcd::EtcdArgs::into_config`] or by hand.
 #[derive(Debug, Clone)]
 pub struct EtcdConfig {
     /// `http://HOST:PORT` client URLs.
@@ -173,37 +170,68 @@ pub async fn run(config: EtcdConfig, shutdown: CancellationToken) -> Result<Repo
     // The recorders' seconds count from `start`, set once the watches are up.
     let mut start = Instant::now();
     if let Some(spec) = &config.watches {
-        // Their own connection, shared by the watchers as the apiserver's watch cache would.
-        let client = connect::client(&config.endpoints, config.timeout).await?;
-        // Set once the clock starts: nothing is timed before the first put.
-        let slot = Arc::new(std::sync::OnceLock::new());
-        let ready = watch::start(
-            spec,
-            client,
-            slot.clone(),
-            watch_stats.clone(),
-            &tracker,
-            &watch_end,
-        );
-        // Watches are established before the first put, so none is missed.
-        tokio::select! {
-            _ = ready => {}
-            _ = tokio::time::sleep(config.timeout.min(Duration::from_secs(30))) => {
-                tracing::warn!("not every etcd watch was established in time; starting anyway");
-            }
+        let watching = start_watches(&config, spec, &watch_stats, &tracker, &watch_end);
+        let (started, rec) = tokio::select! {
+            r = watching => r?,
             _ = shutdown.cancelled() => return Err(EtcdError::Interrupted),
-        }
-        start = Instant::now();
-        let rec = Arc::new(OpRecorder::new(OP_WATCH, start));
-        let _ = slot.set(rec.clone());
+        };
+        start = started;
         recorders.push(rec);
     }
     let started_at = crate::ops::unix_nanos();
-    let scrape_stop = CancellationToken::new();
-    let scraping: Vec<_> = scrapers
-        .into_iter()
-        .map(|s| tokio::spawn(s.run(config.server_metrics_interval, scrape_stop.clone())))
-        .collect();
+    let scraping = Scraping::start(scrapers, config.server_metrics_interval);
+    let drivers = start_drivers(
+        &config,
+        range_client,
+        put_client,
+        start,
+        &abort,
+        &mut recorders,
+    );
+    tracker.close();
+    let window = Window::open(
+        start,
+        &recorders,
+        &watch_stats,
+        config.duration,
+        config.progress,
+        scraping,
+    );
+    let no_load = config.ranges.is_none() && config.puts.is_none() && config.watches.is_none();
+    if !no_load {
+        window.hold(config.duration, &abort).await;
+    }
+    window.drain(&drivers, config.drain_timeout, &abort).await;
+    if config.watches.is_some() {
+        finish_watches(&first, &watch_end, &tracker, shutdown.is_cancelled()).await;
+    }
+    watch_end.stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
+    let closed = window.close().await;
+    let mut report = summary::build(
+        &config,
+        started_at,
+        closed.elapsed,
+        shutdown.is_cancelled(),
+        &recorders,
+        &watch_stats,
+    );
+    report.server_metrics = closed.server_metrics;
+    write_output(config.output.as_deref(), &report)
+        .map_err(|(dir, source)| EtcdError::Output { dir, source })?;
+    Ok(report)
+}
+
+/// The open-loop drivers of ranges and puts, each on its own connection;
+/// their recorders go first in `recorders` (ranges, then puts).
+fn start_drivers(
+    config: &EtcdConfig,
+    range_client: Option<etcd_client::Client>,
+    put_client: Option<etcd_client::Client>,
+    start: Instant,
+    abort: &CancellationToken,
+    recorders: &mut Vec<Arc<OpRecorder>>,
+) -> TaskTracker {
     let drivers = TaskTracker::new();
     if let (Some(spec), Some(client)) = (&config.ranges, &range_client) {
         let rec = Arc::new(OpRecorder::new(OP_RANGE, start));
@@ -212,12 +240,7 @@ pub async fn run(config: EtcdConfig, shutdown: CancellationToken) -> Result<Repo
             kv: connect::kv(client),
             spec: spec.clone(),
         };
-        drivers.spawn(drive::drive(
-            op,
-            spec.rate,
-            ctx(&config, start, &abort),
-            rec,
-        ));
+        drivers.spawn(drive::drive(op, spec.rate, ctx(config, start, abort), rec));
     }
     if let (Some(spec), Some(client)) = (&config.puts, &put_client) {
         let rec = Arc::new(OpRecorder::new(OP_PUT, start));
@@ -227,84 +250,61 @@ pub async fn run(config: EtcdConfig, shutdown: CancellationToken) -> Result<Repo
             kv: connect::kv(client),
             spec: spec.clone(),
         };
-        drivers.spawn(drive::drive(
-            op,
-            spec.rate,
-            ctx(&config, start, &abort),
-            rec,
-        ));
+        drivers.spawn(drive::drive(op, spec.rate, ctx(config, start, abort), rec));
     }
     drivers.close();
-    tracker.close();
-    let progress = crate::progress::spawn(
-        recorders.clone(),
-        watch_stats.clone(),
-        start,
-        config.duration,
-        config.progress,
-    );
-    let no_load = config.ranges.is_none() && config.puts.is_none() && config.watches.is_none();
-    if !no_load {
-        tokio::select! {
-            _ = tokio::time::sleep(config.duration) => {}
-            _ = abort.cancelled() => {}
+    drivers
+}
+
+/// Starts the watchers on a connection of their own (shared by them, as the
+/// apiserver's watch cache would) and waits until they are established, so
+/// none misses the first put; then starts the clock. The clock's start and
+/// their recorder.
+async fn start_watches(
+    config: &EtcdConfig,
+    spec: &WatchSpec,
+    stats: &Arc<crate::watch::WatchStats>,
+    tracker: &TaskTracker,
+    end: &watch::End,
+) -> Result<(Instant, Arc<OpRecorder>), EtcdError> {
+    let client = connect::client(&config.endpoints, config.timeout).await?;
+    // Set once the clock starts: nothing is timed before the first put.
+    let slot = Arc::new(std::sync::OnceLock::new());
+    let ready = watch::start(spec, client, slot.clone(), stats.clone(), tracker, end);
+    tokio::select! {
+        _ = ready => {}
+        _ = tokio::time::sleep(config.timeout.min(Duration::from_secs(30))) => {
+            tracing::warn!("not every etcd watch was established in time; starting anyway");
         }
     }
-    // Late ticks still leave and in-flight requests finish, within the drain timeout.
-    let drained = tokio::select! {
-        _ = drivers.wait() => true,
-        _ = tokio::time::sleep(config.drain_timeout) => false,
-        _ = abort.cancelled() => false,
+    let start = Instant::now();
+    let rec = Arc::new(OpRecorder::new(OP_WATCH, start));
+    let _ = slot.set(rec.clone());
+    Ok((start, rec))
+}
+
+/// The last puts' events are on their way: the watchers finish once etcd
+/// says they were sent everything up to the final revision (no grace after
+/// an interruption).
+async fn finish_watches(
+    client: &etcd_client::Client,
+    end: &watch::End,
+    tracker: &TaskTracker,
+    interrupted: bool,
+) {
+    let final_rev = tokio::time::timeout(Duration::from_secs(5), client.clone().status()).await;
+    if let Ok(Ok(status)) = final_rev {
+        let rev = status.header().map_or(0, |h| h.revision());
+        end.revision
+            .store(rev, std::sync::atomic::Ordering::Relaxed);
+    }
+    end.drain.cancel();
+    let grace = if interrupted {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(5)
     };
-    if !drained {
-        abort.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), drivers.wait()).await;
-    }
-    if config.watches.is_some() {
-        // The last puts' events are on their way: the watchers finish once
-        // etcd says they were sent everything up to the final revision.
-        let final_rev = tokio::time::timeout(Duration::from_secs(5), first.clone().status()).await;
-        if let Ok(Ok(status)) = final_rev {
-            let rev = status.header().map_or(0, |h| h.revision());
-            watch_end
-                .revision
-                .store(rev, std::sync::atomic::Ordering::Relaxed);
-        }
-        watch_end.drain.cancel();
-        let grace = if shutdown.is_cancelled() {
-            Duration::ZERO
-        } else {
-            Duration::from_secs(5)
-        };
-        let _ = tokio::time::timeout(grace, tracker.wait()).await;
-    }
-    watch_end.stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
-    progress.finish();
-    let elapsed = start.elapsed();
-    scrape_stop.cancel();
-    let mut server_metrics = Vec::new();
-    for task in scraping {
-        if let Ok(s) = task.await {
-            server_metrics.push(s);
-        }
-    }
-    let mut report = summary::build(
-        &config,
-        started_at,
-        elapsed,
-        shutdown.is_cancelled(),
-        &recorders,
-        &watch_stats,
-    );
-    report.server_metrics = server_metrics;
-    if let Some(dir) = &config.output {
-        crate::output::write_all(dir, &report).map_err(|source| EtcdError::Output {
-            dir: dir.clone(),
-            source,
-        })?;
-    }
-    Ok(report)
+    let _ = tokio::time::timeout(grace, tracker.wait()).await;
 }
 
 fn ctx(config: &EtcdConfig, start: Instant, abort: &CancellationToken) -> drive::DriveCtx {

@@ -194,6 +194,36 @@ pub(crate) fn start(
         ..spec.clone()
     };
     let spec = &own;
+    recorders.extend(start_heartbeats(spec, &nodes, &ctx));
+    if spec.daemons_per_node > 0 {
+        recorders.extend(start_daemons(spec, &nodes, &ctx, stats));
+    }
+    if spec.bind {
+        let rec = Arc::new(OpRecorder::new(OP_BIND, ctx.start));
+        recorders.push(rec.clone());
+        let binder = bind::Binder::new(
+            ctx.client.clone(),
+            spec.namespace.clone(),
+            nodes,
+            spec.bind_interval,
+            ctx.send.clone(),
+            rec,
+        );
+        let mut binder = binder;
+        binder.bound = stats.bound.clone();
+        ctx.tracker.spawn(binder.run(ctx.watch_stop.clone()));
+    }
+    recorders
+}
+
+/// The kubelets' status heartbeats and lease renewals, on a thread of their
+/// own; the recorders of those that are on.
+fn start_heartbeats(
+    spec: &NodeSimSpec,
+    nodes: &Arc<Vec<String>>,
+    ctx: &StartCtx<'_>,
+) -> Vec<Arc<OpRecorder>> {
+    let mut recorders = Vec::new();
     let status = Arc::new(OpRecorder::new(OP_HEARTBEAT, ctx.start));
     let lease = Arc::new(OpRecorder::new(OP_LEASE, ctx.start));
     if !spec.heartbeat.is_zero() {
@@ -223,67 +253,59 @@ pub(crate) fn start(
             Err(e) => tracing::error!(error = %e, "cannot start the heartbeat thread"),
         }
     }
-    if spec.daemons_per_node > 0 {
-        let lists = Arc::new(OpRecorder::new(OP_DAEMON_LIST, ctx.start));
-        let events = Arc::new(OpRecorder::new(OP_DAEMON_EVENT, ctx.start));
-        recorders.push(lists.clone());
-        recorders.push(events.clone());
-        let pods: Resource = Resource {
-            group: String::new(),
-            version: "v1".into(),
-            plural: "pods".into(),
-            namespaced: true,
-        };
-        // Many watches per connection, but fewer than the server's
-        // concurrent-stream limit (kube-apiserver: 1000 per HTTP/2 connection).
-        let per_conn = spec.watches_per_connection.max(1);
-        let mut client = ApiClient::new(ctx.target);
-        let mut id = 0u64;
-        for node in nodes.iter() {
-            let watch = WatchSpec {
-                count: 1,
-                resource: pods.clone(),
-                namespace: None,
-                label_selector: None,
-                field_selector: Some(format!("spec.nodeName={node}")),
-                per_connection: per_conn,
-                timeout: spec.daemon_watch_timeout,
-            };
-            for _ in 0..spec.daemons_per_node {
-                if id > 0 && id.is_multiple_of(per_conn) {
-                    client = ApiClient::new(ctx.target);
-                }
-                let w = Watcher {
-                    id,
-                    spec: watch.clone(),
-                    client: client.clone(),
-                    send: ctx.send.clone(),
-                    events: events.clone(),
-                    lists: lists.clone(),
-                    stats: stats.watch.clone(),
-                };
-                ctx.tracker.spawn(w.run(ctx.watch_stop.clone()));
-                id += 1;
-            }
-        }
-        stats.daemons.store(id, Ordering::Relaxed);
-    }
-    if spec.bind {
-        let rec = Arc::new(OpRecorder::new(OP_BIND, ctx.start));
-        recorders.push(rec.clone());
-        let binder = bind::Binder::new(
-            ctx.client.clone(),
-            spec.namespace.clone(),
-            nodes,
-            spec.bind_interval,
-            ctx.send.clone(),
-            rec,
-        );
-        let mut binder = binder;
-        binder.bound = stats.bound.clone();
-        ctx.tracker.spawn(binder.run(ctx.watch_stop.clone()));
-    }
     recorders
+}
+
+/// `--daemons-per-node` informer-like daemons per node, each watching the
+/// node's pods; their two recorders.
+fn start_daemons(
+    spec: &NodeSimSpec,
+    nodes: &Arc<Vec<String>>,
+    ctx: &StartCtx<'_>,
+    stats: &NodesStats,
+) -> [Arc<OpRecorder>; 2] {
+    let lists = Arc::new(OpRecorder::new(OP_DAEMON_LIST, ctx.start));
+    let events = Arc::new(OpRecorder::new(OP_DAEMON_EVENT, ctx.start));
+    let pods: Resource = Resource {
+        group: String::new(),
+        version: "v1".into(),
+        plural: "pods".into(),
+        namespaced: true,
+    };
+    // Many watches per connection, but fewer than the server's
+    // concurrent-stream limit (kube-apiserver: 1000 per HTTP/2 connection).
+    let per_conn = spec.watches_per_connection.max(1);
+    let mut client = ApiClient::new(ctx.target);
+    let mut id = 0u64;
+    for node in nodes.iter() {
+        let watch = WatchSpec {
+            count: 1,
+            resource: pods.clone(),
+            namespace: None,
+            label_selector: None,
+            field_selector: Some(format!("spec.nodeName={node}")),
+            per_connection: per_conn,
+            timeout: spec.daemon_watch_timeout,
+        };
+        for _ in 0..spec.daemons_per_node {
+            if id > 0 && id.is_multiple_of(per_conn) {
+                client = ApiClient::new(ctx.target);
+            }
+            let w = Watcher {
+                id,
+                spec: watch.clone(),
+                client: client.clone(),
+                send: ctx.send.clone(),
+                events: events.clone(),
+                lists: lists.clone(),
+                stats: stats.watch.clone(),
+            };
+            ctx.tracker.spawn(w.run(ctx.watch_stop.clone()));
+            id += 1;
+        }
+    }
+    stats.daemons.store(id, Ordering::Relaxed);
+    [lists, events]
 }
 
 /// Verb, resource and scope of the nodes' operations in the report.

@@ -28,10 +28,6 @@ pub mod tuning;
 pub mod validate;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
-use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
 
 pub use output::{ScenarioReport, Verdict};
 pub use run::{connect, run, RunOptions};
@@ -69,59 +65,6 @@ pub enum ScenarioError {
 /// Exit status when a declared SLO was missed (0: all met or none declared;
 /// 1: the run failed; 64: the scenario was refused).
 pub const EXIT_SLO_MISSED: u8 = 3;
-
-/// `loadgen run SCENARIO [FLAGS]`.
-#[derive(Debug, clap::Args)]
-pub struct ScenarioArgs {
-    /// The scenario file (YAML or JSON); templates are read relative to it.
-    pub file: PathBuf,
-    #[command(flatten)]
-    pub target: crate::cli::TargetArgs,
-    /// Override a scenario parameter: --param NAME=VALUE (repeat) [default: the file's params].
-    #[arg(long = "param", value_parser = parse_param)]
-    pub params: Vec<(String, String)>,
-    /// Write step-NN-<name>/summary.json, perfdata.json and the run's summary.json here [default: nothing written].
-    #[arg(long)]
-    pub output: Option<PathBuf>,
-    /// etcd client URL for `etcd:` phases that do not name --endpoints themselves.
-    #[arg(long)]
-    pub etcd_endpoints: Option<String>,
-    /// Prometheus /metrics URLs for ResourceUsage measurements that name none.
-    #[arg(long, num_args = 1..)]
-    pub server_metrics: Vec<String>,
-    /// Per-request timeout of the object calls.
-    #[arg(long, default_value = "60s", value_parser = crate::cli::parse_duration)]
-    pub timeout: Duration,
-    /// Seed for RAND in templates and the random tuning sets.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Check the scenario (fields, tuning sets, templates, flags), print its steps and exit.
-    #[arg(long)]
-    pub validate: bool,
-}
-
-fn parse_param(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .filter(|(k, _)| !k.trim().is_empty())
-        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
-        .ok_or_else(|| format!("invalid --param `{s}`: expected NAME=VALUE"))
-}
-
-impl ScenarioArgs {
-    /// The run options these flags describe.
-    pub fn options(&self) -> RunOptions {
-        let mut o = RunOptions {
-            target: self.target.options(),
-            output: self.output.clone(),
-            etcd_endpoints: self.etcd_endpoints.clone(),
-            server_metrics: self.server_metrics.clone(),
-            seed: self.seed,
-            ..RunOptions::default()
-        };
-        o.send.timeout = self.timeout;
-        o
-    }
-}
 
 /// A one-line-per-step outline (`--validate`).
 pub fn outline(s: &Scenario) -> String {
@@ -181,65 +124,4 @@ pub fn outline(s: &Scenario) -> String {
         }
     }
     out
-}
-
-/// The `loadgen run` command: load, run, print, and exit by the verdict.
-pub fn cli_main(args: ScenarioArgs) -> ExitCode {
-    let scenario = match load(&args.file, &args.params) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("loadgen run: {}", error_chain(&e));
-            return ExitCode::from(64);
-        }
-    };
-    if args.validate {
-        print!("{}", outline(&scenario));
-        return ExitCode::SUCCESS;
-    }
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("loadgen run: starting the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let opts = args.options();
-    let result = rt.block_on(async {
-        let shutdown = CancellationToken::new();
-        let on_signal = shutdown.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                tracing::warn!("interrupted: stopping, cleaning up and writing results");
-                on_signal.cancel();
-            }
-        });
-        run(&scenario, &opts, shutdown).await
-    });
-    match result {
-        Err(e) => {
-            eprintln!("loadgen run: {}", error_chain(&e));
-            ExitCode::from(1)
-        }
-        Ok(report) => {
-            print!("{}", report.table());
-            if report.error.is_some() {
-                ExitCode::from(1)
-            } else if report.verdict == Verdict::Fail {
-                ExitCode::from(EXIT_SLO_MISSED)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }

@@ -162,64 +162,7 @@ impl ScenarioReport {
             );
         }
         for m in &self.measurements {
-            let _ = writeln!(
-                out,
-                "{}/{} (steps {}..{}):",
-                m.method,
-                m.identifier,
-                m.started_in_step,
-                m.gathered_in_step
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| "end".into())
-            );
-            if !m.calls.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "  {:<12} {:<16} {:<10} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7}",
-                    "verb",
-                    "resource",
-                    "scope",
-                    "calls",
-                    "p50 ms",
-                    "p90 ms",
-                    "p99 ms",
-                    "errors",
-                    "429"
-                );
-                for c in &m.calls {
-                    let _ = writeln!(
-                        out,
-                        "  {:<12} {:<16} {:<10} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>6.2}% {:>6.2}%",
-                        c.verb,
-                        c.resource,
-                        c.scope,
-                        c.requests,
-                        c.latency_ms.p50,
-                        c.latency_ms.p90,
-                        c.latency_ms.p99,
-                        c.error_rate * 100.0,
-                        c.rate_429 * 100.0
-                    );
-                }
-            }
-            for s in &m.server_metrics {
-                let _ = writeln!(
-                    out,
-                    "  {}: cpu avg {} cores, peak {}; memory avg {} MiB, peak {}",
-                    s.url,
-                    opt(s.cpu_cores_avg, 1.0),
-                    opt(s.cpu_cores_peak, 1.0),
-                    opt(s.memory_bytes_avg, 1048576.0),
-                    opt(s.memory_bytes_peak, 1048576.0)
-                );
-            }
-            if let Some(w) = &m.watch {
-                let _ = writeln!(
-                    out,
-                    "  watch {} × {}: {} timed events, p50 {:.2} ms, p99 {:.2} ms",
-                    w.watchers, w.resource, w.timed_events, w.latency_ms.p50, w.latency_ms.p99
-                );
-            }
+            measurement_rows(&mut out, m);
         }
         for s in &self.slos {
             let _ = writeln!(
@@ -249,6 +192,60 @@ impl ScenarioReport {
             }
         );
         out
+    }
+}
+
+/// One measurement's lines of the end table: its calls, servers and watches.
+fn measurement_rows(out: &mut String, m: &MeasurementResult) {
+    let _ = writeln!(
+        out,
+        "{}/{} (steps {}..{}):",
+        m.method,
+        m.identifier,
+        m.started_in_step,
+        m.gathered_in_step
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "end".into())
+    );
+    if !m.calls.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {:<12} {:<16} {:<10} {:>8} {:>9} {:>9} {:>9} {:>7} {:>7}",
+            "verb", "resource", "scope", "calls", "p50 ms", "p90 ms", "p99 ms", "errors", "429"
+        );
+        for c in &m.calls {
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<16} {:<10} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>6.2}% {:>6.2}%",
+                c.verb,
+                c.resource,
+                c.scope,
+                c.requests,
+                c.latency_ms.p50,
+                c.latency_ms.p90,
+                c.latency_ms.p99,
+                c.error_rate * 100.0,
+                c.rate_429 * 100.0
+            );
+        }
+    }
+    for s in &m.server_metrics {
+        let _ = writeln!(
+            out,
+            "  {}: cpu avg {} cores, peak {}; memory avg {} MiB, peak {}",
+            s.url,
+            opt(s.cpu_cores_avg, 1.0),
+            opt(s.cpu_cores_peak, 1.0),
+            opt(s.memory_bytes_avg, 1048576.0),
+            opt(s.memory_bytes_peak, 1048576.0)
+        );
+    }
+    if let Some(w) = &m.watch {
+        let _ = writeln!(
+            out,
+            "  watch {} × {}: {} timed events, p50 {:.2} ms, p99 {:.2} ms",
+            w.watchers, w.resource, w.timed_events, w.latency_ms.p50, w.latency_ms.p99
+        );
     }
 }
 

@@ -7,13 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubeio::error_chain;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::measure::{self, Active, ApiCalls, MeasureCtx, MeasurementResult};
 use super::output::{self, CleanupReport, PhaseReport, ScenarioReport, StepReport, Verdict};
 use super::reconcile::{self, Live, ReconcileCtx};
-use super::validate::{Action, Phase, PhaseKind, Scenario, StepBody};
+use super::validate::{Action, MeasurementAction, Phase, PhaseKind, Scenario, StepBody};
 use super::{namespaces, ScenarioError};
 use crate::send::SendOptions;
 use crate::target::{ApiClient, Target, TargetOptions};
@@ -185,9 +186,12 @@ fn label(name: &str) -> String {
         .to_string()
 }
 
+/// The measurements started and not yet gathered, by method and identifier.
+type Measuring = BTreeMap<(super::validate::Method, String), Active>;
+
 impl Runner<'_> {
     async fn steps(&self, report: &mut ScenarioReport) {
-        let mut active: BTreeMap<(super::validate::Method, String), Active> = BTreeMap::new();
+        let mut active = Measuring::new();
         let run_start = Instant::now();
         for (index, step) in self.scenario.steps.iter().enumerate() {
             if self.shutdown.is_cancelled() {
@@ -209,62 +213,13 @@ impl Runner<'_> {
                 measurements_started: Vec::new(),
                 gathered: Vec::new(),
             };
-            let mut phase_reports: Vec<(PhaseReport, Option<crate::Report>)> = Vec::new();
-            match &step.body {
-                StepBody::Phases(phases) => {
-                    let results =
-                        futures_util::future::join_all(phases.iter().map(|p| self.phase(p))).await;
-                    for (calls, pr, full) in results {
-                        for a in active.values() {
-                            a.add_calls(&calls);
-                        }
-                        if let Some(e) = &pr.error {
-                            sr.error
-                                .get_or_insert_with(|| format!("phase {}: {e}", pr.name));
-                        }
-                        phase_reports.push((pr, full));
-                    }
-                }
+            let phase_reports = match &step.body {
+                StepBody::Phases(phases) => self.phases(phases, &active, &mut sr).await,
                 StepBody::Measurements(ms) => {
-                    for m in ms {
-                        let key = (m.method, m.identifier.clone());
-                        match m.action {
-                            Action::Start => {
-                                let ctx = MeasureCtx {
-                                    target: &self.target,
-                                    target_options: &self.opts.target,
-                                    server_metrics: &self.opts.server_metrics,
-                                    send: &self.opts.send,
-                                };
-                                match Active::start(m, index, &ctx) {
-                                    Ok(a) => {
-                                        active.insert(key, a);
-                                        sr.measurements_started.push(format!(
-                                            "{}/{}",
-                                            measure::method_name(m.method),
-                                            m.identifier
-                                        ));
-                                    }
-                                    Err(e) => {
-                                        sr.error.get_or_insert(e);
-                                    }
-                                }
-                            }
-                            Action::Gather => {
-                                if let Some(a) = active.remove(&key) {
-                                    sr.gathered.push(a.gather(Some((m, index))).await);
-                                }
-                            }
-                        }
-                    }
-                    // Watches measure what comes after their start: wait (bounded)
-                    // until they have listed and are watching.
-                    let deadline = Instant::now() + Duration::from_secs(30);
-                    while !active.values().all(Active::watching) && Instant::now() < deadline {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
+                    self.measurements(ms, index, &mut active, &mut sr).await;
+                    Vec::new()
                 }
-            }
+            };
             sr.duration_s = t0.elapsed().as_secs_f64();
             sr.phases = phase_reports.iter().map(|(p, _)| p.clone()).collect();
             if let Some(dir) = &self.opts.output {
@@ -291,6 +246,75 @@ impl Runner<'_> {
             .iter()
             .flat_map(|m: &MeasurementResult| m.slos.clone())
             .collect();
+    }
+
+    /// A step's phases, in parallel; every active measurement counts their calls.
+    async fn phases(
+        &self,
+        phases: &[Phase],
+        active: &Measuring,
+        sr: &mut StepReport,
+    ) -> Vec<(PhaseReport, Option<crate::Report>)> {
+        let results = futures_util::future::join_all(phases.iter().map(|p| self.phase(p))).await;
+        let mut phase_reports = Vec::new();
+        for (calls, pr, full) in results {
+            for a in active.values() {
+                a.add_calls(&calls);
+            }
+            if let Some(e) = &pr.error {
+                sr.error
+                    .get_or_insert_with(|| format!("phase {}: {e}", pr.name));
+            }
+            phase_reports.push((pr, full));
+        }
+        phase_reports
+    }
+
+    /// A step's measurement actions: start or gather each.
+    async fn measurements(
+        &self,
+        ms: &[MeasurementAction],
+        index: usize,
+        active: &mut Measuring,
+        sr: &mut StepReport,
+    ) {
+        for m in ms {
+            let key = (m.method, m.identifier.clone());
+            match m.action {
+                Action::Start => {
+                    let ctx = MeasureCtx {
+                        target: &self.target,
+                        target_options: &self.opts.target,
+                        server_metrics: &self.opts.server_metrics,
+                        send: &self.opts.send,
+                    };
+                    match Active::start(m, index, &ctx) {
+                        Ok(a) => {
+                            active.insert(key, a);
+                            sr.measurements_started.push(format!(
+                                "{}/{}",
+                                measure::method_name(m.method),
+                                m.identifier
+                            ));
+                        }
+                        Err(e) => {
+                            sr.error.get_or_insert(e);
+                        }
+                    }
+                }
+                Action::Gather => {
+                    if let Some(a) = active.remove(&key) {
+                        sr.gathered.push(a.gather(Some((m, index))).await);
+                    }
+                }
+            }
+        }
+        // Watches measure what comes after their start: wait (bounded)
+        // until they have listed and are watching.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !active.values().all(Active::watching) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// One phase: its calls (for measurements), its report and, for a loadgen
@@ -386,15 +410,4 @@ impl Runner<'_> {
         }
         c
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }

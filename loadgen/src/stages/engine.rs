@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::informer::SeenObject;
+use super::feed::SeenObject;
 use super::next::{Action, ActionKind};
 use super::{Kind, StageSet};
 use crate::record::{ErrorClass, OpRecorder, Outcome};

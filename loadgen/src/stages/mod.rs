@@ -11,14 +11,14 @@
 //! - [`delay`]: `delay` (duration, jitter, `durationFrom`, `jitterDurationFrom`).
 //! - [`next`]: `next` as requests (event, finalizers, delete, status, patches).
 //! - [`template`]: the Go text/template subset and kwok's template functions.
-//! - [`informer`]: LIST + WATCH of the simulated nodes and their pods.
+//! - [`feed`]: the informer over the simulated nodes and their pods, feeding the engine.
 //! - [`engine`]: selection, weights, delays (time-scaled), applying; event-driven.
 //! - this file: loading Stage files into a [`StageSet`], `--stages fast` (built in).
 
 pub mod delay;
 pub mod document;
 pub mod engine;
-pub mod informer;
+pub mod feed;
 pub mod jq;
 pub mod next;
 pub mod selector;
@@ -381,7 +381,7 @@ pub(crate) fn start(
     let (tx, rx) = tokio::sync::mpsc::channel(SEEN_QUEUE);
     for kind in [Kind::Node, Kind::Pod] {
         if set.has(kind) {
-            ctx.tracker.spawn(informer::run(
+            ctx.tracker.spawn(feed::run(
                 client.clone(),
                 kind,
                 ctx.timeout,

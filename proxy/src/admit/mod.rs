@@ -35,7 +35,7 @@ pub use admission::{Admission, HeavyTicket, Hold, PoolView, UnlearnedTurn, Verdi
 pub use rewrite::rewrite_to_cache;
 
 /// The response header naming the lane a request was served in.
-pub const LANE_HEADER: &str = "x-tollgate-lane";
+pub use apimodel::headers::LANE_HEADER;
 
 /// The flow a client's heavy requests queue in (and are rate-limited by).
 pub fn flow_key(client: &Client, by: FlowBy) -> String {

@@ -285,7 +285,7 @@ pub enum ConfigError {
     #[error("invalid setting {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
     #[error(transparent)]
-    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] kubeio::kubeconfig::KubeconfigError),
 }
 
 impl Config {
@@ -306,7 +306,7 @@ impl Config {
         };
         config.apply(flags);
         if let (true, Some(path)) = (config.upstream.urls.is_empty(), &config.upstream.kubeconfig) {
-            config.upstream.urls = vec![crate::kubeconfig::load(path)?.server];
+            config.upstream.urls = vec![kubeio::kubeconfig::load_file(path)?.server];
         }
         config.validate()?;
         Ok(config)

@@ -100,7 +100,7 @@ impl UpstreamPool {
         let kube = up
             .kubeconfig
             .as_deref()
-            .map(crate::kubeconfig::load)
+            .map(kubeio::kubeconfig::load_file)
             .transpose()?;
         let kube_origin = up.kubeconfig.clone().unwrap_or_default();
         let roots = match (&up.ca_file, kube.as_ref().and_then(|k| k.ca_pem.as_ref())) {
@@ -119,15 +119,15 @@ impl UpstreamPool {
         let front = pair(&up.front_proxy_cert_file, &up.front_proxy_key_file)?;
         let own = match (
             pair(&up.client_cert_file, &up.client_key_file)?,
-            kube.as_ref().and_then(|k| k.identity_pem.as_ref()),
+            kube.as_ref().and_then(|k| k.identity_pem()),
         ) {
             (Some(id), _) => Some(id),
             (None, Some((cert, key))) => Some(tls::identity_from_pem(cert, key, &kube_origin)?),
             (None, None) => None,
         };
-        let own_token = kube
-            .as_ref()
-            .and_then(|k| k.token.as_ref())
+        // `token`, else `tokenFile` (read once, at start).
+        let token = kube.as_ref().map(|k| k.read_token()).transpose()?.flatten();
+        let own_token = token
             .and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok())
             .map(|mut v| {
                 v.set_sensitive(true);

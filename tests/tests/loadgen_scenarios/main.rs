@@ -45,19 +45,22 @@ fn loadgen_run(
 /// Runs `loadgen run FILE --output OUT ARGS` to its end (killed after the timeout).
 fn loadgen_run_with(file: &Path, out: &Path, args: &[&str]) -> anyhow::Result<Finished> {
     let logs = tempfile::tempdir()?;
-    let mut child = Command::new(fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]))
-        .arg("run")
-        .arg(file)
-        .arg("--output")
-        .arg(out)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(File::create(logs.path().join("stdout"))?)
-        .stderr(File::create(logs.path().join("stderr"))?)
-        .spawn()
-        .context("starting loadgen run")?;
+    let mut child = Command::new(fresh_workspace_binary(
+        "loadgen",
+        &["loadgen", "kubeio", "apimodel"],
+    ))
+    .arg("run")
+    .arg(file)
+    .arg("--output")
+    .arg(out)
+    .args(args)
+    .env_remove("KUBECONFIG")
+    .env("RUST_LOG", "warn")
+    .stdin(Stdio::null())
+    .stdout(File::create(logs.path().join("stdout"))?)
+    .stderr(File::create(logs.path().join("stderr"))?)
+    .spawn()
+    .context("starting loadgen run")?;
     let deadline = Instant::now() + SCENARIO_TIMEOUT;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -436,4 +439,5 @@ fn measurements_count_the_steps_between_start_and_gather() -> anyhow::Result<()>
     Ok(())
 }
 
+mod etcd;
 mod examples;

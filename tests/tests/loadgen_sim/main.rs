@@ -44,7 +44,7 @@ const RATE_TOLERANCE: f64 = 0.01;
 
 /// The `loadgen` binary, built from the current sources.
 fn loadgen_binary() -> PathBuf {
-    fresh_workspace_binary("loadgen", &["loadgen", "apimodel"])
+    fresh_workspace_binary("loadgen", &["loadgen", "kubeio", "apimodel"])
 }
 
 /// A loadgen child process whose stdout and stderr go to files in its own temp dir.

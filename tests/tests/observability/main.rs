@@ -189,7 +189,7 @@ impl LoadRun {
         eventually(START_TIMEOUT, "the late upstream marked unhealthy", || {
             metrics(&late_unhealthy)
         })?;
-        let bench = fresh_workspace_binary("tollgate-bench", &["bench", "apimodel"]);
+        let bench = fresh_workspace_binary("tollgate-bench", &["bench", "kubeio", "apimodel"]);
         let mut late = Command::new(bench);
         late.args(["sim", "--exit-with-stdin", "--listen"])
             .arg(format!("127.0.0.1:{late_port}"))
@@ -229,7 +229,7 @@ impl LoadRun {
             "limit=abc through tollgate: HTTP {code}, want 400"
         );
 
-        let loadgen_bin = fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]);
+        let loadgen_bin = fresh_workspace_binary("loadgen", &["loadgen", "kubeio", "apimodel"]);
         let mut cmd = Command::new(loadgen_bin);
         cmd.args([
             "--server",

@@ -94,10 +94,13 @@ fn rooted(args: &[String], root: &Path) -> Vec<String> {
 
 /// `tollgate check-config ARGS`: (exit code, stdout + stderr).
 fn check_config(args: &[String]) -> anyhow::Result<(i32, String)> {
-    let out = Command::new(fresh_workspace_binary("tollgate", &["proxy", "apimodel"]))
-        .arg("check-config")
-        .args(args)
-        .output()?;
+    let out = Command::new(fresh_workspace_binary(
+        "tollgate",
+        &["proxy", "kubeio", "apimodel"],
+    ))
+    .arg("check-config")
+    .args(args)
+    .output()?;
     Ok((
         out.status.code().unwrap_or(-1),
         format!(
@@ -241,7 +244,10 @@ fn manifests_are_valid_and_tollgate_takes_the_published_endpoint() -> anyhow::Re
             _ => a.clone(),
         })
         .collect();
-    let mut cmd = Command::new(fresh_workspace_binary("tollgate", &["proxy", "apimodel"]));
+    let mut cmd = Command::new(fresh_workspace_binary(
+        "tollgate",
+        &["proxy", "kubeio", "apimodel"],
+    ));
     cmd.args(&args);
     let mut tollgate = Spawned::start("tollgate", &mut cmd, root.path().join("tollgate.log"))?;
     tollgate.listening_port()?;

@@ -20,7 +20,7 @@ const NAMESPACES: u64 = 2;
 
 /// Runs loadgen to completion (killed after `timeout`); its stdout.
 fn loadgen(args: &[String], timeout: Duration, dir: &Path) -> anyhow::Result<String> {
-    let binary = fresh_workspace_binary("loadgen", &["loadgen", "apimodel"]);
+    let binary = fresh_workspace_binary("loadgen", &["loadgen", "kubeio", "apimodel"]);
     let (out, err) = (dir.join("loadgen.stdout"), dir.join("loadgen.stderr"));
     let shown = format!("loadgen {}", args.join(" "));
     let mut child = Command::new(binary)

@@ -7,7 +7,7 @@
 use super::costs::{Constants, Demand};
 use super::heap::GoHeap;
 use super::stations::{StationConfig, Stations};
-use crate::sim::store::Store;
+use crate::sim::storage::store::Store;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};

@@ -280,6 +280,19 @@ impl Checker<'_> {
                 kind: PhaseKind::Objects(o),
             });
         }
+        self.flag_phase(path, p, params, namespaces, name)
+    }
+
+    /// A `loadgen:` or `etcd:` phase: its flags rendered, split as a shell
+    /// would, and checked as the command would check them.
+    fn flag_phase(
+        &self,
+        path: &str,
+        p: &PhaseFile,
+        params: &BTreeMap<String, Value>,
+        namespaces: &[String],
+        name: String,
+    ) -> Result<Phase, ScenarioError> {
         for (field, set) in [
             ("namespaceRange", p.namespace_range.is_some()),
             ("replicasPerNamespace", p.replicas_per_namespace.is_some()),

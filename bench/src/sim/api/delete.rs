@@ -1,0 +1,155 @@
+//! DELETE of one object, as the apiserver does it: preconditions (uid, resourceVersion →
+//! 409), graceful deletion of pods on a node (the reaper ends it when the simulated kubelet
+//! has stopped the pod), deletion deferred by finalizers, and namespace termination.
+
+use super::write::{parse_object, store_status};
+use super::Api;
+use crate::sim::clock;
+use crate::sim::resources::{self, ResourceDef};
+use crate::sim::storage::object::{key, Obj};
+use crate::sim::storage::store::Write;
+use apimodel::Status;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// What a DELETE may carry, from the query and the body.
+#[derive(Debug, Default, Clone)]
+pub struct DeleteOptions {
+    pub grace_period: Option<i64>,
+    pub uid: Option<String>,
+    pub resource_version: Option<u64>,
+}
+
+impl DeleteOptions {
+    pub fn parse(query: Option<&str>, body: &[u8]) -> Result<DeleteOptions, Status> {
+        let mut o = DeleteOptions::default();
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            let v = parse_object(body)?;
+            o.grace_period = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+            let pre = v.get("preconditions");
+            o.uid = pre
+                .and_then(|p| p.get("uid"))
+                .and_then(Value::as_str)
+                .map(String::from);
+            o.resource_version = pre
+                .and_then(|p| p.get("resourceVersion"))
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok());
+        }
+        for (k, v) in apimodel::request::query_pairs(query.unwrap_or("")) {
+            if k == "gracePeriodSeconds" {
+                o.grace_period = Some(v.parse().map_err(|_| {
+                    Status::bad_request(format!("invalid gracePeriodSeconds {v:?}"))
+                })?);
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// DELETE of one object: graceful for pods on a node, deferred by finalizers, else at once.
+pub async fn delete(
+    api: &Api,
+    def: &'static ResourceDef,
+    ns: &str,
+    name: &str,
+    opts: &DeleteOptions,
+    dry_run: bool,
+) -> Result<Arc<Obj>, Status> {
+    let idx = resources::index_of(def);
+    let k = key(ns, name);
+    let Some(cur) = api.store.get(idx, &k) else {
+        return Err(Status::not_found(def.group, def.name, name));
+    };
+    // kube-apiserver's registry words a failed delete precondition so, naming the kind.
+    let conflict = |what: String| {
+        Status::failure(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} {name:?}: {what}",
+                def.kind
+            ),
+        )
+        .with_details(def.group, def.kind, name)
+    };
+    if let Some(uid) = &opts.uid {
+        if *uid != cur.uid {
+            return Err(conflict(format!("the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated", cur.uid)));
+        }
+    }
+    if let Some(rv) = opts.resource_version {
+        if rv != cur.rv {
+            return Err(conflict(format!("the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified", cur.rv)));
+        }
+    }
+    if dry_run {
+        return Ok(cur);
+    }
+    if def.name == "namespaces" {
+        if crate::sim::storage::seed_objects::SYSTEM_NAMESPACES.contains(&name) {
+            return Err(Status::failure(
+                403,
+                "Forbidden",
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+            ));
+        }
+        return start_namespace_termination(api, def, cur).await;
+    }
+    let v = cur.value();
+    let on_node = def.name == "pods" && !v["spec"]["nodeName"].as_str().unwrap_or("").is_empty();
+    let grace = opts.grace_period.unwrap_or_else(|| {
+        v["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(30)
+    });
+    let finalizers = cur.has_finalizers;
+    if (on_node && grace > 0) || finalizers {
+        let mut marked = v;
+        let now = clock::now_unix();
+        let grace = if on_node { grace } else { 0 };
+        let new_deadline = now + grace;
+        let old_deadline = marked["metadata"]["deletionTimestamp"]
+            .as_str()
+            .and_then(clock::parse_rfc3339);
+        if old_deadline.is_some_and(|d| d <= new_deadline) {
+            return Ok(cur);
+        }
+        marked["metadata"]["deletionTimestamp"] = clock::rfc3339(new_deadline).into();
+        marked["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+        let o = api
+            .storage
+            .write(def, &k, Some(cur.rv), Write::Put(marked))
+            .await
+            .map_err(|e| store_status(e, def, name))?;
+        if on_node {
+            let delay = api
+                .config
+                .kubelet_delete_delay
+                .min(std::time::Duration::from_secs(grace as u64));
+            api.reaper.schedule(delay, idx, k, cur.uid.clone());
+        }
+        return Ok(o);
+    }
+    api.storage
+        .write(def, &k, None, Write::Delete)
+        .await
+        .map_err(|e| store_status(e, def, name))
+}
+
+async fn start_namespace_termination(
+    api: &Api,
+    def: &'static ResourceDef,
+    cur: Arc<Obj>,
+) -> Result<Arc<Obj>, Status> {
+    let mut v = cur.value();
+    v["metadata"]["deletionTimestamp"] = clock::rfc3339(clock::now_unix()).into();
+    v["status"]["phase"] = "Terminating".into();
+    let o = api
+        .storage
+        .write(def, &cur.key(), Some(cur.rv), Write::Put(v))
+        .await
+        .map_err(|e| store_status(e, def, &cur.name))?;
+    api.reaper.finish_namespace(cur.name.clone());
+    Ok(o)
+}

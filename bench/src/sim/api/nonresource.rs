@@ -1,0 +1,89 @@
+//! Requests for no resource: health, version, discovery, OpenAPI, `/metrics`
+//! and `selfsubjectreviews` (who `kubectl auth whoami` says you are).
+
+use super::discovery;
+use super::respond::{self, Body};
+use super::{read_body, Api};
+use crate::sim::auth::authn::UserInfo;
+use crate::sim::resources;
+use apimodel::{RequestInfo, Status};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+impl Api {
+    pub(super) async fn non_resource(
+        &self,
+        req: Request<Incoming>,
+        info: &RequestInfo,
+        user: &UserInfo,
+    ) -> Response<Body> {
+        let path = info.path.trim_end_matches('/');
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let ok = |v: serde_json::Value| respond::json_value(StatusCode::OK, &v);
+        match (req.method(), parts.as_slice()) {
+            (&Method::GET, ["healthz" | "livez" | "readyz", ..]) => {
+                respond::plain(StatusCode::OK, "ok")
+            }
+            (&Method::GET, ["version"]) => ok(discovery::version()),
+            (&Method::GET, ["metrics"]) => self.metrics_text(),
+            (&Method::GET, ["api"]) => ok(discovery::api_versions(&self.config.server_address)),
+            (&Method::GET, ["api", v]) => {
+                discovery::resource_list("", v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["apis"]) => ok(discovery::group_list()),
+            (&Method::GET, ["apis", g]) => {
+                discovery::api_group(g).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["apis", g, v]) => {
+                discovery::resource_list(g, v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["openapi", "v3"]) => ok(discovery::openapi_v3_root()),
+            (&Method::GET, ["openapi", "v3", "api", v]) => {
+                discovery::openapi_v3("", v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::GET, ["openapi", "v3", "apis", g, v]) => {
+                discovery::openapi_v3(g, v).map_or_else(|| not_found(path), ok)
+            }
+            (&Method::POST, ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]) => {
+                if let Err(s) = read_body(req.into_body(), self.config.max_body_bytes).await {
+                    return respond::status(&s);
+                }
+                respond::json_value(
+                    StatusCode::CREATED,
+                    &json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+                            "metadata": {"creationTimestamp": null}, "status": {"userInfo": user}}),
+                )
+            }
+            _ => not_found(path),
+        }
+    }
+
+    fn metrics_text(&self) -> Response<Body> {
+        for (i, def) in resources::RESOURCES.iter().enumerate() {
+            let name = if def.group.is_empty() {
+                def.name.to_string()
+            } else {
+                format!("{}.{}", def.name, def.group)
+            };
+            self.metrics
+                .storage_objects
+                .get_or_create(&crate::sim::metrics::ResourceLabels { resource: name })
+                .set(self.store.count(i) as i64);
+        }
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            return respond::status(&Status::internal(format!("encoding metrics: {e}")));
+        }
+        let mut r = Response::new(respond::full(out));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        );
+        r
+    }
+}
+
+fn not_found(_path: &str) -> Response<Body> {
+    respond::status(&Status::resource_not_found())
+}

@@ -1,0 +1,19 @@
+//! kubeio: what tollgate, loadgen and the bench share when they talk to a
+//! cluster, beyond the pure API model in `apimodel`: reading a kubeconfig,
+//! running its exec credential plugins, reading Prometheus `/metrics` text,
+//! and writing an error with its causes on one line.
+//!
+//! # Layout
+//! - [`kubeconfig`]: our own kubeconfig reader (no `kube` crate: build cost);
+//!   `KUBECONFIG` lists, contexts, certificates, `token`/`tokenFile`, exec.
+//! - [`exec`]: exec credential plugins (`ExecCredential` v1 / v1beta1), run synchronously.
+//! - [`promtext`]: the Prometheus text-format parser and the questions asked of it.
+//! - [`error_chain`]: `error: cause: cause` for logs and Status messages.
+#![forbid(unsafe_code)]
+
+mod chain;
+pub mod exec;
+pub mod kubeconfig;
+pub mod promtext;
+
+pub use chain::error_chain;
