@@ -89,6 +89,9 @@ pub struct DirectionLabel {
     pub direction: &'static str,
 }
 
+/// The `reason` values of `tollgate_scrape_failures_total`.
+pub const SCRAPE_FAILURE_REASONS: [&str; 4] = ["noIdentity", "unauthorized", "forbidden", "error"];
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
@@ -193,6 +196,12 @@ impl Metrics {
         m.register_prediction(registry);
         m.register_upstreams(registry);
         m.register_admission(registry);
+        // Exported at zero from the start: an alert can tell "never failed" from "not scraped".
+        for reason in SCRAPE_FAILURE_REASONS {
+            m.scrape_failures
+                .get_or_create(&ReasonLabel { reason })
+                .inc_by(0);
+        }
         m
     }
 
