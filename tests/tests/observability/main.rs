@@ -120,7 +120,7 @@ fn listening_ports(pid: u32) -> anyhow::Result<Vec<u16>> {
 
 // === impl LoadRun ===
 
-/// tollgate's configuration under load: enforce with a static pool far smaller than the LIST load so
+/// tollgate's configuration under load: enforce with a pool far smaller than the LIST load so
 /// requests are admitted, queued and rejected; scraping the upstream every second (object
 /// counts, node count for the pool's scaling); a relist guard that stays active long enough to
 /// be seen.
@@ -132,7 +132,6 @@ upstream:
 lanes:
   heavyThresholdBytes: 65536
 quota:
-  mode: static
   bytesPerSecond: 2000000
   burstBytes: 4000000
   maxWaitSeconds: 2
