@@ -1,7 +1,8 @@
 //! The admin listener and its routes: `/metrics` (Prometheus text, see
 //! [`crate::metrics`]), `/healthz`, `/readyz` (an upstream is healthy and
 //! tollgate is not draining), `/debug/patterns` (learned patterns as a JSON
-//! array, heaviest first).
+//! array, heaviest first), `/debug/budget` (the heavy lane's budget: limits,
+//! signal, target and the controller's state, as JSON).
 
 use std::convert::Infallible;
 
@@ -79,6 +80,10 @@ pub fn route(g: &Gateway, req: &Request<Incoming>) -> Response<Body> {
         ),
         "/debug/patterns" => {
             let body = serde_json::to_string_pretty(&g.patterns()).unwrap_or_else(|_| "[]".into());
+            text(StatusCode::OK, "application/json", body)
+        }
+        "/debug/budget" => {
+            let body = serde_json::to_string_pretty(&g.budget()).unwrap_or_else(|_| "{}".into());
             text(StatusCode::OK, "application/json", body)
         }
         _ => text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),

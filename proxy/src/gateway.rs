@@ -183,6 +183,11 @@ impl Gateway {
     }
 
     /// Prometheus text of every metric, with the gauges of state refreshed.
+    /// The heavy lane's budget for `/debug/budget`.
+    pub fn budget(&self) -> crate::budget::heavy::BudgetView {
+        self.inner.admission.budget_view(self.config().admission())
+    }
+
     pub fn encode_metrics(&self) -> Result<String, std::fmt::Error> {
         let m = &self.inner.metrics;
         m.patterns.set(self.inner.patterns.lock().len() as i64);
@@ -205,6 +210,13 @@ impl Gateway {
         m.quota_burst.set(v.burst as i64);
         m.queued.set(v.queued as i64);
         m.guard_active.set(i64::from(v.guard_active));
+        let b = admission.budget_view(config.admission());
+        m.budget_rate.set(b.bytes_per_second as i64);
+        m.budget_inflight.set(b.inflight_bytes as i64);
+        m.budget_inflight_used.set(b.inflight_used_bytes as i64);
+        m.budget_signal.set(b.p99_seconds.unwrap_or(f64::NAN));
+        m.budget_target.set(b.target_seconds);
+        m.budget_unlearned.set(b.unlearned_inflight as i64);
         for (unit, size) in [("nodes", v.nodes), ("containers", v.containers)] {
             if let Some(n) = size {
                 m.cluster_size

@@ -69,7 +69,7 @@ pub async fn handle(
             return with_lane(resp, ctx.lane);
         }
     };
-    admit::on_response_start(&mut ctx);
+    admit::on_response_start(admission, &mut ctx, forwarded.status());
     // observe, once the body ends
     gw.observer().observe(forwarded, ctx)
 }

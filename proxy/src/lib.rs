@@ -13,7 +13,7 @@
 //! | classify | [`classify::classify`], [`admit::rewrite_to_cache`] | verb, resource, scope, list options, consistency; the relist guard's rewrite |
 //! | pattern | [`pattern::PatternKey::new`] | the normalized key the request is learned under |
 //! | predict | [`predict::PatternCache::predict`] | the cost from the pattern cache or the resource priors |
-//! | admit | [`admit::lane`], [`admit::admit`] | the lane, then admit, queue or reject (429) |
+//! | admit | [`admit::lane`], [`admit::admit`] | the lane, then admit, queue or reject (429); unlearned heavy patterns one at a time |
 //! | forward | [`forward::forward`] | headers rewritten, sent to the least busy upstream (retried once), tunnels |
 //! | observe | [`observe::Observer::observe`] | the body counted to its end: quota reconciled, pattern learned, metrics |
 //!
@@ -21,22 +21,26 @@
 //! - [`server`]: `serve` and the drain; starts the background loops with
 //!   narrow handles: health checks ([`forward::UpstreamPool::health_loop`]),
 //!   the metrics [`scrape`], the heavy lane's dispatcher
-//!   ([`admit::Admission::dispatch_loop`]), the [`containers`] count.
+//!   ([`admit::Admission::dispatch_loop`]), the budget's controller
+//!   ([`admit::Admission::budget_loop`]), the [`containers`] count.
 //! - [`gateway`]: the shared state (configuration, upstream pool, pattern
 //!   store, admission, metrics) and reload.
 //! - [`enforce`]: the pure parts of admission (lanes, quota pool, fair
 //!   queues, the heavy lane, rate limits, `Retry-After`, relist guard,
-//!   scaling, settings); [`predict`] and [`decay`]: the pure pattern cache.
+//!   scaling, settings); [`budget`]: the heavy lane's byte budget (bytes in
+//!   flight, unlearned patterns, the latency signal, the adaptive
+//!   controller); [`predict`] and [`decay`]: the pure pattern cache.
 //! - [`config`], [`tls`]: settings and certificates (a kubeconfig is read by
 //!   the shared `kubeio` crate).
 //! - [`metrics`]: every metric; [`admin`]: the admin listener (`/metrics`,
-//!   `/healthz`, `/readyz`, `/debug/patterns`); [`status`]: errors as
+//!   `/healthz`, `/readyz`, `/debug/patterns`, `/debug/budget`); [`status`]: errors as
 //!   Kubernetes `Status` responses.
 #![forbid(unsafe_code)]
 
 pub mod accept;
 pub mod admin;
 pub mod admit;
+pub mod budget;
 pub mod classify;
 pub mod config;
 pub mod containers;

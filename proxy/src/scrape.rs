@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
@@ -22,7 +23,7 @@ use crate::admit::Admission;
 use crate::config;
 use crate::enforce::Lane;
 use crate::forward::UpstreamPool;
-use crate::metrics::ResourceLabel;
+use crate::metrics::{ReasonLabel, ResourceLabel};
 use crate::predict::PatternStore;
 
 /// What the scrape reads from and feeds: narrow handles, not the gateway.
@@ -34,6 +35,20 @@ pub struct Scraper {
     pub admission: Arc<Admission>,
     /// `tollgate_resource_objects`.
     pub objects: Family<ResourceLabel, Gauge>,
+    /// `tollgate_scrape_failures_total`.
+    pub failures: Family<ReasonLabel, Counter>,
+}
+
+/// Why a scrape failed, as a bounded label: without the scrape, unseen
+/// patterns are priced at `defaultListBytes` (the unlearned-pattern gate
+/// still runs them one at a time) and apiserver restarts go unseen.
+pub fn failure_reason(error: &str, has_identity: bool) -> &'static str {
+    match error {
+        "status 401" | "status 403" if !has_identity => "noIdentity",
+        "status 401" => "unauthorized",
+        "status 403" => "forbidden",
+        _ => "error",
+    }
 }
 
 /// Most bytes read from one `/metrics` response.
@@ -116,6 +131,8 @@ impl Scraper {
         }
         let interval = Duration::from_secs_f64(settings.interval_seconds);
         let mut evidence = StoreEvidence::default();
+        // Logged as a warning when it starts or changes, then counted.
+        let mut last_failure: Option<&'static str> = None;
         loop {
             let pool = &self.pool;
             // tollgate's own requests go in the `self` lane; a full lane skips a round.
@@ -130,10 +147,21 @@ impl Scraper {
                     Ok(body) => {
                         let text = String::from_utf8_lossy(&body);
                         let resources = self.learn(&text, &mut evidence);
+                        last_failure = None;
                         tracing::debug!(upstream = %u.url, resources, "scraped object counts");
                     }
                     Err(e) => {
-                        tracing::debug!(upstream = %u.url, error = %e, "metrics scrape failed")
+                        let up = &self.config.get().upstream;
+                        let has_identity = up.client_cert_file.is_some() || up.kubeconfig.is_some();
+                        let reason = failure_reason(&e, has_identity);
+                        self.failures.get_or_create(&ReasonLabel { reason }).inc();
+                        if last_failure != Some(reason) {
+                            tracing::warn!(upstream = %u.url, error = %e, reason,
+                                "cannot scrape the apiserver's metrics: unseen LISTs are priced at defaultListBytes (one at a time until learned), restarts go unseen; give tollgate an identity allowed to get /metrics");
+                        } else {
+                            tracing::debug!(upstream = %u.url, error = %e, "metrics scrape failed");
+                        }
+                        last_failure = Some(reason);
                     }
                 }
             }
@@ -176,6 +204,14 @@ impl Scraper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failure_reasons() {
+        assert_eq!(failure_reason("status 403", false), "noIdentity");
+        assert_eq!(failure_reason("status 403", true), "forbidden");
+        assert_eq!(failure_reason("status 401", true), "unauthorized");
+        assert_eq!(failure_reason("timed out", false), "error");
+    }
 
     #[test]
     fn store_evidence_is_the_growth_between_scrapes() {

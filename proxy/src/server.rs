@@ -1,5 +1,5 @@
 //! Serving and draining: start the background loops (health checks, the
-//! metrics scrape, the heavy lane's dispatcher, the container count) with
+//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the container count) with
 //! the narrow handles each needs, the admin listener, and the client
 //! listener ([`crate::accept`]); at `shutdown`, stop accepting, close the
 //! connections spread over the drain window, and wait for them up to a
@@ -57,6 +57,7 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         patterns: gateway.pattern_store().clone(),
         admission: gateway.admission().clone(),
         objects: gateway.metrics().resource_objects.clone(),
+        failures: gateway.metrics().scrape_failures.clone(),
     };
     tokio::spawn(scraper.run(stop.clone()));
     let (config, recoveries) = (gateway.current_config().clone(), pool.clone());
@@ -64,6 +65,12 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         move || config.get(),
         |c| Config::admission(c),
         move || recoveries.recoveries(),
+        stop.clone(),
+    ));
+    let config = gateway.current_config().clone();
+    tokio::spawn(gateway.admission().clone().budget_loop(
+        move || config.get(),
+        |c| Config::admission(c),
         stop.clone(),
     ));
     tokio::spawn(containers::container_loop(

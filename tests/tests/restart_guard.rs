@@ -51,6 +51,8 @@ lanes:
   # Watches are long-running: no in-flight limit in the workload lane they use.
   maxInflight: {{workload: 0, heavy: 400}}
 quota:
+  # The guard's ramp of a fixed pool (the adaptive budget has tests of its own).
+  mode: static
   bytesPerSecond: {POOL_RATE}
   burstBytes: 1000000000
   perClient: {{requestsPerSecond: 0}}

@@ -24,10 +24,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::heavy::BudgetView;
+use crate::budget::unlearned::Start;
 use crate::enforce::decision::{Decision, Reason};
 use crate::enforce::drr::Refused;
 use crate::enforce::guard::Cause;
@@ -36,6 +39,7 @@ use crate::enforce::lane::{Lane, LaneSlot, LaneSlots, SlotOutcome};
 use crate::enforce::ratelimit::ClientRates;
 use crate::enforce::retry::{self, LogLimiter};
 use crate::enforce::settings::AdmissionSettings;
+use crate::pattern::PatternKey;
 
 /// What an admitted request holds until its response ends.
 #[derive(Debug, Default)]
@@ -47,10 +51,19 @@ pub enum Hold {
 }
 
 impl Hold {
-    /// The response ended: settle a heavy debit with the actual cost.
-    pub fn settle(self, actual: f64) {
+    /// The response ended: settle a heavy debit with the actual cost;
+    /// `complete` if the response was sent whole.
+    pub fn settle(self, actual: f64, complete: bool) {
         if let Hold::Heavy(t) = self {
-            t.settle(actual);
+            t.settle(actual, complete);
+        }
+    }
+
+    /// An unlearned pattern's turn rides with the heavy ticket, so it ends
+    /// with the response; any other hold (a rejection) ends it now.
+    pub fn attach(&mut self, turn: Option<UnlearnedTurn>) {
+        if let Hold::Heavy(t) = self {
+            t.turn = turn;
         }
     }
 
@@ -87,27 +100,57 @@ impl Verdict {
     }
 }
 
-/// A heavy request's debit and in-flight slot. Settle it with the actual
-/// cost; dropped unsettled, it refunds the debit.
+/// A heavy request's debit, in-flight slot and in-flight bytes (and, for
+/// an unlearned pattern, its turn). Settle it with the actual cost; dropped
+/// unsettled, it refunds the debit.
 #[derive(Debug)]
 pub struct HeavyTicket {
     admission: Arc<Admission>,
     debited: f64,
+    admitted_at: Instant,
     settled: bool,
+    turn: Option<UnlearnedTurn>,
 }
 
 impl HeavyTicket {
-    pub fn settle(mut self, actual: f64) {
+    fn new(admission: &Arc<Admission>, debited: f64) -> HeavyTicket {
+        HeavyTicket {
+            admission: admission.clone(),
+            debited,
+            admitted_at: Instant::now(),
+            settled: false,
+            turn: None,
+        }
+    }
+
+    pub fn settle(mut self, actual: f64, complete: bool) {
         self.settled = true;
-        self.admission.release(self.debited, actual);
+        self.admission
+            .release(self.debited, actual, self.admitted_at, complete);
     }
 }
 
 impl Drop for HeavyTicket {
     fn drop(&mut self) {
         if !self.settled {
-            self.admission.release(self.debited, 0.0);
+            self.admission
+                .release(self.debited, 0.0, self.admitted_at, false);
         }
+    }
+}
+
+/// The one request in flight of an unlearned heavy-looking pattern; the
+/// next may start when it is dropped (with the response's end).
+#[derive(Debug)]
+pub struct UnlearnedTurn {
+    admission: Arc<Admission>,
+    key: PatternKey,
+}
+
+impl Drop for UnlearnedTurn {
+    fn drop(&mut self) {
+        self.admission.lock().unlearned.finish(&self.key);
+        self.admission.unlearned_freed.notify_waiters();
     }
 }
 
@@ -133,6 +176,8 @@ pub struct PoolView {
 pub struct Admission {
     heavy: Mutex<HeavyLane<Waiter>>,
     wake: Notify,
+    /// An unlearned pattern's request ended: its waiters look again.
+    unlearned_freed: Notify,
     slots: Arc<LaneSlots>,
     rates: ClientRates,
     log: LogLimiter,
@@ -156,6 +201,7 @@ impl Admission {
         Admission {
             heavy: Mutex::new(HeavyLane::new(settings, now)),
             wake: Notify::new(),
+            unlearned_freed: Notify::new(),
             slots: Arc::new(LaneSlots::default()),
             rates: ClientRates::default(),
             log: LogLimiter::new(now),
@@ -175,13 +221,85 @@ impl Admission {
     }
 
     /// A heavy ticket was settled or dropped.
-    fn release(&self, debited: f64, actual: f64) {
+    fn release(&self, debited: f64, actual: f64, admitted_at: Instant, complete: bool) {
+        let now = Instant::now();
+        self.lock()
+            .release(debited, actual, admitted_at, complete, now);
+        self.wake.notify_one();
+    }
+
+    /// Take the turn of the unlearned pattern `key` if none of its requests
+    /// is in flight.
+    pub fn try_start_unlearned(self: &Arc<Self>, key: &PatternKey) -> Option<UnlearnedTurn> {
+        let started = self.lock().unlearned.try_start(key) == Start::Started;
+        started.then(|| UnlearnedTurn {
+            admission: self.clone(),
+            key: key.clone(),
+        })
+    }
+
+    /// Resolves when an unlearned pattern's request ends (create it, then
+    /// look, then await: an end in between is not missed).
+    pub fn unlearned_freed(&self) -> Notified<'_> {
+        self.unlearned_freed.notified()
+    }
+
+    /// A request of a protected lane (`System`, `Exempt`) or a light
+    /// `Workload` one got its response headers after `latency`.
+    pub fn record_latency(&self, lane: Lane, started: Instant) {
+        let now = Instant::now();
+        let latency = now.saturating_duration_since(started);
+        let mut h = self.lock();
+        match lane {
+            Lane::System | Lane::Exempt => h.budget.record_protected(latency, started, now),
+            Lane::Workload => h.budget.record_workload(latency, started, now),
+            Lane::Heavy | Lane::SelfLane => {}
+        }
+    }
+
+    /// The apiserver answered 429 or 5xx: the controller counts it.
+    pub fn note_upstream_error(&self) {
+        self.lock().budget.note_upstream_error();
+    }
+
+    /// The budget as `/debug/budget` shows it.
+    pub fn budget_view(&self, s: AdmissionSettings<'_>) -> BudgetView {
         let now = Instant::now();
         let mut h = self.lock();
-        h.pool.reconcile(debited, actual, now);
-        h.inflight = h.inflight.saturating_sub(1);
-        drop(h);
-        self.wake.notify_one();
+        h.refresh(s, now);
+        let mut v = h.budget.view(now);
+        v.unlearned_inflight = h.unlearned.len();
+        v
+    }
+
+    /// Step the budget's controller every `quota.adaptive.intervalSeconds`
+    /// and apply its limits to the pool and the in-flight budget, until
+    /// `stop`.
+    pub async fn budget_loop<C: Send>(
+        self: Arc<Self>,
+        current: impl Fn() -> C + Send,
+        settings: fn(&C) -> AdmissionSettings<'_>,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let cfg = current();
+            let s = settings(&cfg);
+            let interval = Duration::from_secs_f64(s.quota.adaptive.interval_seconds);
+            let now = Instant::now();
+            {
+                let mut h = self.lock();
+                h.refresh(s, now);
+                h.budget.step(now);
+                h.refresh(s, now);
+            }
+            // A grown budget may let the staged entry go.
+            self.wake.notify_one();
+            drop(cfg);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
     }
 
     /// May a rejection be logged now? `Some(suppressed)` if so.
@@ -261,6 +379,13 @@ impl Admission {
         }
     }
 
+    /// A heavy request whose unlearned pattern stayed busy for its whole
+    /// wait.
+    pub fn reject_unlearned(&self, flow: &str, s: AdmissionSettings<'_>) -> Verdict {
+        let wait = Duration::from_secs_f64(s.quota.max_wait_seconds);
+        self.reject(Reason::Unlearned, wait, flow, s)
+    }
+
     /// A light lane: a slot, waiting up to `lanes.maxWaitSeconds`; in dry
     /// run, counted but never waited for. `flow` is only asked for on a
     /// rejection (its Retry-After jitter): no per-request string otherwise.
@@ -310,18 +435,12 @@ impl Admission {
         }
         let now = Instant::now();
         let max_wait = Duration::from_secs_f64(s.quota.max_wait_seconds);
-        let ticket = |admission: &Arc<Admission>| HeavyTicket {
-            admission: admission.clone(),
-            debited: cost,
-            settled: false,
-        };
+        let ticket = |admission: &Arc<Admission>| HeavyTicket::new(admission, cost);
         let rx = {
             let mut h = self.lock();
             h.refresh(s, now);
             let oversize = cost > h.pool.burst();
-            let nobody_waits = h.staged.is_none() && h.queue.is_empty();
-            if nobody_waits && h.slot_free(s, now) && h.pool.try_debit(cost, now) {
-                h.inflight += 1;
+            if h.admit_now(cost, s, now) {
                 drop(h);
                 let reason = if oversize { Reason::Debt } else { Reason::Pool };
                 return Verdict::admit(reason, Hold::Heavy(ticket(self)));
@@ -332,6 +451,7 @@ impl Admission {
                 let wait = h.pool.time_until(cost, now);
                 if wait <= max_wait {
                     h.pool.force_debit(cost, now);
+                    h.budget.acquire(cost, true, now);
                     h.inflight += 1;
                     drop(h);
                     return Verdict {
@@ -343,6 +463,7 @@ impl Admission {
                 drop(h);
                 return self.reject(Reason::MaxWait, base, flow, s);
             }
+            h.budget.note_waited();
             let (tx, rx) = oneshot::channel();
             let mut pushed = h.queue.push(flow.to_string(), cost, Waiter { tx });
             if let Err((Refused::FlowFull, waiter)) = pushed {
@@ -401,11 +522,7 @@ impl Admission {
                 h.dispatch(s, now, |w| w.tx.is_closed())
             };
             for (waiter, cost) in ready {
-                let t = HeavyTicket {
-                    admission: self.clone(),
-                    debited: cost,
-                    settled: false,
-                };
+                let t = HeavyTicket::new(&self, cost);
                 // A waiter gone just now: the ticket comes back and its
                 // drop refunds the debit (the lock is not held here).
                 let _ = waiter.tx.send(t);

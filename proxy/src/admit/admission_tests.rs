@@ -44,8 +44,8 @@ async fn admits_queues_then_rejects_past_max_wait() {
         second.waited
     );
     // A refund of what the first did not cost.
-    first.hold.settle(20.0);
-    second.hold.settle(100.0);
+    first.hold.settle(20.0, true);
+    second.hold.settle(100.0, true);
     // 80 back: 300 bytes need 2.2 s more: past the 2 s wait.
     let third = a.admit_heavy("b", 50.0, c.admission(), false).await;
     assert_eq!(third.decision, Decision::Admit);
@@ -163,7 +163,7 @@ async fn another_clients_single_request_overtakes_a_queued_flood() {
             let v = a.admit_heavy(who, 100.0, c.admission(), false).await;
             assert_eq!(v.decision, Decision::Queue);
             let _ = tx.send(who);
-            v.hold.settle(100.0);
+            v.hold.settle(100.0, true);
         }));
         // Queued in this order.
         tokio::time::sleep(Duration::from_millis(1)).await;

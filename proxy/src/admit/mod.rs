@@ -11,10 +11,13 @@
 mod admission;
 mod rewrite;
 
+use std::time::Duration;
+
 use apimodel::Status;
 use http::{HeaderValue, Response, StatusCode};
 use tokio::time::Instant;
 
+use crate::budget::unlearned::looks_heavy;
 use crate::classify::Classified;
 use crate::config::{Config, Mode};
 use crate::context::RequestCtx;
@@ -24,11 +27,11 @@ use crate::enforce::settings::FlowBy;
 use crate::identity::Client;
 use crate::metrics::{DecisionLabel, LaneLabel, Metrics, VerbCode};
 use crate::pattern::PatternKey;
-use crate::predict::{PatternStore, Prediction};
+use crate::predict::{PatternStore, Prediction, Source};
 use crate::status::status_response;
 use crate::Body;
 
-pub use admission::{Admission, HeavyTicket, Hold, PoolView, Verdict};
+pub use admission::{Admission, HeavyTicket, Hold, PoolView, UnlearnedTurn, Verdict};
 pub use rewrite::rewrite_to_cache;
 
 /// The response header naming the lane a request was served in.
@@ -90,18 +93,31 @@ pub async fn admit(
     metrics: &Metrics,
     ctx: &mut RequestCtx,
 ) -> Result<(), Response<Body>> {
-    let config = &*ctx.config;
-    let (lane, key) = (ctx.lane, &ctx.key);
+    let config = ctx.config.clone();
+    let lane = ctx.lane;
     let dry = match config.mode {
         Mode::Off => return Ok(()),
         Mode::DryRun => true,
         Mode::Enforce => false,
     };
-    let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
-    let flow_by = config.quota.queue.flow_by;
     let settings = config.admission();
+    let flow_by = config.quota.queue.flow_by;
+    // Dry run: not simulated (nothing waits).
+    let mut turn = None;
+    if lane == Lane::Heavy && !dry {
+        match unlearned_turn(admission, patterns, ctx).await {
+            Ok(t) => turn = t,
+            Err(()) => {
+                let flow = flow_key(&ctx.client, flow_by);
+                let verdict = admission.reject_unlearned(&flow, settings);
+                return refuse(admission, patterns, metrics, ctx, verdict, dry);
+            }
+        }
+    }
+    let key = &ctx.key;
+    let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
     let client = &ctx.client;
-    let verdict = if lane == Lane::Heavy {
+    let mut verdict = if lane == Lane::Heavy {
         admission
             .admit_heavy(&flow_key(client, flow_by), cost, settings, dry)
             .await
@@ -110,11 +126,69 @@ pub async fn admit(
             .admit_light(lane, || flow_key(client, flow_by), settings, dry)
             .await
     };
-    record(metrics, config, lane, key, &verdict);
+    verdict.hold.attach(turn);
     if verdict.decision != Decision::Reject {
+        record(metrics, &config, lane, key, &verdict);
         ctx.hold = verdict.hold;
         return Ok(());
     }
+    refuse(admission, patterns, metrics, ctx, verdict, dry)
+}
+
+/// Until a heavy-looking pattern has a completed response, one request of
+/// it at a time (see [`crate::budget::unlearned`]): `Ok(Some(turn))` for
+/// the one, `Ok(None)` if it is learned (now, after waiting: `ctx` then has
+/// the learned prediction) or does not look heavy, `Err` if another stayed
+/// in flight for `quota.maxWaitSeconds`.
+async fn unlearned_turn(
+    admission: &std::sync::Arc<Admission>,
+    patterns: &PatternStore,
+    ctx: &mut RequestCtx,
+) -> Result<Option<UnlearnedTurn>, ()> {
+    let deadline = Instant::now() + Duration::from_secs_f64(ctx.config.quota.max_wait_seconds);
+    let mut waited = false;
+    loop {
+        let freed = admission.unlearned_freed();
+        tokio::pin!(freed);
+        // Registered before looking, so an end in between is not missed.
+        freed.as_mut().enable();
+        {
+            let cache = patterns.lock();
+            if waited {
+                ctx.predicted = cache.predict(&ctx.key, Instant::now());
+            }
+            let objects = cache.object_count(&ctx.key.resource);
+            let key = &ctx.key;
+            if ctx.predicted.source == Source::Pattern || !looks_heavy(key.verb, key.limit, objects)
+            {
+                return Ok(None);
+            }
+        }
+        if let Some(turn) = admission.try_start_unlearned(&ctx.key) {
+            return Ok(Some(turn));
+        }
+        if tokio::time::timeout_at(deadline, freed).await.is_err() {
+            return Err(());
+        }
+        waited = true;
+    }
+}
+
+/// A rejection: counted, noted on its pattern, logged (rate-limited) and,
+/// unless in dry run, answered with a 429.
+fn refuse(
+    admission: &Admission,
+    patterns: &PatternStore,
+    metrics: &Metrics,
+    ctx: &RequestCtx,
+    verdict: Verdict,
+    dry: bool,
+) -> Result<(), Response<Body>> {
+    let config = &*ctx.config;
+    let (lane, key, client) = (ctx.lane, &ctx.key, &ctx.client);
+    let settings = config.admission();
+    let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
+    record(metrics, config, lane, key, &verdict);
     let who = client.display_name();
     patterns.lock().note_rejected(key, &who, Instant::now());
     if let Some(suppressed) = admission.log_allowed(settings) {
@@ -182,10 +256,24 @@ fn record(metrics: &Metrics, config: &Config, lane: Lane, key: &PatternKey, verd
 /// their slot back now, as the apiserver's flow control does; a watch-list
 /// keeps its predicted charge (its initial state is not measured to the end
 /// here).
-pub fn on_response_start(ctx: &mut RequestCtx) {
+///
+/// Here, where the response headers arrive, the budget's signal is fed:
+/// the latency of light requests of the protected lanes (and `workload`,
+/// its stand-in), and the apiserver's 429s and 5xx. Headers, not the body's
+/// end: for a heartbeat PATCH the apiserver's work is done when it answers,
+/// while the time to the body's end adds the client's reading, which no
+/// budget can fix.
+pub fn on_response_start(admission: &Admission, ctx: &mut RequestCtx, status: StatusCode) {
+    if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        admission.note_upstream_error();
+    }
+    let light = !(ctx.long_running() || ctx.upgrade || ctx.key.is_list_like());
+    if light && ctx.lane != Lane::Heavy {
+        admission.record_latency(ctx.lane, ctx.started);
+    }
     if ctx.long_running() || ctx.upgrade {
         let hold = std::mem::take(&mut ctx.hold);
         let debited = hold.debited();
-        hold.settle(debited);
+        hold.settle(debited, false);
     }
 }

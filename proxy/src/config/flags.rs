@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::{Config, Mode};
+use crate::budget::settings::QuotaMode;
 
 /// Flags; each one given overrides the file.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -44,13 +45,16 @@ pub struct Flags {
     /// tollgate's own private key, for health checks only [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_key: Option<PathBuf>,
-    /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns) [default: 127.0.0.1:9443]
+    /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns, /debug/budget) [default: 127.0.0.1:9443]
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
     /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
-    /// Refill rate of the byte-cost quota pool, bytes per second (quota.bytesPerSecond) [default: 268435456]
+    /// Heavy-lane budget: static = the pool and in-flight budget as configured; adaptive = steered by the protected lanes' latency, the configured values as ceilings (quota.mode) [default: adaptive]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub quota_mode: Option<QuotaMode>,
+    /// Refill rate of the byte-cost quota pool, bytes per second; in adaptive mode its ceiling (quota.bytesPerSecond) [default: 268435456]
     #[arg(long, value_name = "BYTES")]
     pub quota_bytes_per_second: Option<f64>,
     /// Most bytes the quota pool holds (quota.burstBytes) [default: 1073741824]
@@ -95,6 +99,7 @@ impl Config {
         set(&mut self.listen, &flags.listen);
         set_opt(&mut self.admin_listen, &flags.admin_listen);
         set(&mut self.mode, &flags.mode);
+        set(&mut self.quota.mode, &flags.quota_mode);
         set_f64(
             &mut self.quota.bytes_per_second,
             flags.quota_bytes_per_second,

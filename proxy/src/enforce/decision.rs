@@ -43,6 +43,9 @@ pub enum Reason {
     TooManyFlows,
     /// The client's heavy-request rate was over its limit.
     RateLimit,
+    /// Another request of its unlearned heavy-looking pattern stayed in
+    /// flight for the whole wait.
+    Unlearned,
 }
 
 impl Reason {
@@ -57,6 +60,7 @@ impl Reason {
             Reason::QueueFull => "queueFull",
             Reason::TooManyFlows => "tooManyFlows",
             Reason::RateLimit => "rateLimit",
+            Reason::Unlearned => "unlearned",
         }
     }
 
@@ -68,6 +72,9 @@ impl Reason {
             Reason::QueueFull => "too many of this client's heavy requests are already waiting",
             Reason::TooManyFlows => "too many clients are waiting for the byte quota",
             Reason::RateLimit => "this client sends heavy requests faster than its rate limit",
+            Reason::Unlearned => {
+                "a request of this pattern, whose cost is not learned yet, is still in flight"
+            }
             _ => "admitted",
         }
     }

@@ -2,8 +2,11 @@
 //! their predicted cost from the quota pool and an in-flight slot at once if
 //! nobody waits, else wait in their flow's queue (deficit round robin) for
 //! the dispatcher, which serves the entry it chose first (nobody overtakes
-//! it). The pool's rate and burst follow the cluster size and the relist
-//! guard's ramp. Everything admission accounts for heavy requests is here,
+//! it). A heavy request also takes its predicted cost from the in-flight
+//! budget ([`crate::budget`]); an unlearned heavy-looking pattern has at
+//! most one request in flight. The pool's rate and burst and the in-flight
+//! budget are static or adaptive (`quota.mode`), bounded by the cluster
+//! size's scaling and ramped by the relist guard. Everything admission accounts for heavy requests is here,
 //! in one place, behind admission's one lock.
 
 use std::time::Duration;
@@ -16,6 +19,12 @@ use super::lane::Lane;
 use super::pool::QuotaPool;
 use super::scaling;
 use super::settings::{AdmissionSettings, ScalingMode};
+use crate::budget::heavy::{Ceilings, HeavyBudget};
+use crate::budget::unlearned::SingleFlight;
+use crate::pattern::PatternKey;
+
+/// Unlearned heavy-looking patterns tracked with a request in flight.
+const UNLEARNED_CAPACITY: usize = 1024;
 
 /// The heavy lane: the quota pool, the fair queues with the entry chosen
 /// next, the in-flight count, the relist guard and the cluster size the pool
@@ -31,6 +40,10 @@ pub struct HeavyLane<W> {
     pub guard: RelistGuard,
     pub nodes: Option<f64>,
     pub containers: Option<f64>,
+    /// The in-flight budget, the latency signal and the controller.
+    pub budget: HeavyBudget,
+    /// Unlearned heavy-looking patterns with their one request in flight.
+    pub unlearned: SingleFlight<PatternKey>,
 }
 
 impl<W> HeavyLane<W> {
@@ -49,6 +62,17 @@ impl<W> HeavyLane<W> {
             guard: RelistGuard::default(),
             nodes: None,
             containers: None,
+            budget: HeavyBudget::new(
+                q.mode,
+                q.adaptive.clone(),
+                Ceilings {
+                    rate: q.bytes_per_second,
+                    burst: q.burst_bytes,
+                    inflight: q.inflight_bytes,
+                },
+                now,
+            ),
+            unlearned: SingleFlight::new(UNLEARNED_CAPACITY),
         }
     }
 
@@ -61,8 +85,17 @@ impl<W> HeavyLane<W> {
             ScalingMode::ContainerProportional => self.containers,
         };
         let (rate, burst) = scaling::scaled(quota, size);
+        let ceilings = Ceilings {
+            rate,
+            burst,
+            inflight: quota.inflight_bytes,
+        };
+        self.budget
+            .set_settings(quota.mode, &quota.adaptive, ceilings);
+        let limits = self.budget.limits();
         let f = self.guard.factor(s.relist_guard, now);
-        self.pool.set_limits(rate * f, burst * f, now);
+        self.pool.set_limits(limits.rate * f, limits.burst * f, now);
+        self.budget.apply_guard(f);
         let q = &quota.queue;
         self.queue
             .set_limits(q.quantum_bytes, q.per_flow_depth, q.max_flows);
@@ -103,14 +136,51 @@ impl<W> HeavyLane<W> {
                 // A release wakes the dispatcher.
                 return (out, Duration::from_secs(1));
             }
+            if !self.budget.fits(cost) {
+                self.budget.note_waited();
+                return (out, Duration::from_secs(1));
+            }
             if !self.pool.try_debit(cost, now) {
+                self.budget.note_waited();
                 return (out, self.pool.time_until(cost, now));
             }
+            self.budget.acquire(cost, false, now);
             self.inflight += 1;
             if let Some((_, cost, waiter)) = self.staged.take() {
                 out.push((waiter, cost));
             }
         }
+    }
+
+    /// Admit `cost` at once if nobody waits and the slot, the in-flight
+    /// budget and the pool all have room.
+    pub fn admit_now(&mut self, cost: f64, s: AdmissionSettings<'_>, now: Instant) -> bool {
+        let nobody_waits = self.staged.is_none() && self.queue.is_empty();
+        if nobody_waits
+            && self.slot_free(s, now)
+            && self.budget.fits(cost)
+            && self.pool.try_debit(cost, now)
+        {
+            self.budget.acquire(cost, false, now);
+            self.inflight += 1;
+            return true;
+        }
+        false
+    }
+
+    /// A heavy request admitted at `admitted_at` with `debited` bytes
+    /// ended, costing `actual`; `complete` if its response was sent whole.
+    pub fn release(
+        &mut self,
+        debited: f64,
+        actual: f64,
+        admitted_at: Instant,
+        complete: bool,
+        now: Instant,
+    ) {
+        self.pool.reconcile(debited, actual, now);
+        self.inflight = self.inflight.saturating_sub(1);
+        self.budget.release(debited, admitted_at, complete, now);
     }
 
     /// Seconds until `cost` (behind what is queued) could be admitted.

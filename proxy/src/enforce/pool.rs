@@ -62,9 +62,16 @@ impl QuotaPool {
 
     /// New rate and burst (a reload, cluster scaling, the relist guard):
     /// time so far refills at the old rate; the level is kept (capped at the
-    /// new burst), so a reload neither forgives debt nor hands out a burst.
+    /// new burst), so a reload neither forgives debt nor hands out a burst
+    /// beyond what the old rate earned since the last refresh.
     pub fn set_limits(&mut self, rate: f64, burst: f64, now: Instant) {
-        self.refill(now);
+        // Refilled up to the new burst, not the old: a burst that grows a
+        // little at every refresh (the relist guard's ramp) must not leave a
+        // full pool forever just short of full, where a request larger than
+        // the burst would never be admitted.
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.level += dt * self.rate;
+        self.last = self.last.max(now);
         self.rate = rate.max(f64::MIN_POSITIVE);
         self.burst = burst.max(0.0);
         self.level = self.level.min(self.burst);
@@ -183,6 +190,21 @@ mod tests {
         assert_eq!(p.level(t0 + secs(11.0)), 5.0 * MB, "new rate, new burst");
         p.cap_level(1.0 * MB, t0 + secs(11.0));
         assert_eq!(p.level(t0 + secs(11.0)), 1.0 * MB);
+    }
+
+    #[test]
+    fn a_burst_growing_at_every_refresh_still_admits_an_oversized_request() {
+        let t0 = Instant::now();
+        let mut p = QuotaPool::new(1.0 * MB, 1.0 * MB, t0);
+        let mut now = t0;
+        for i in 1..=5 {
+            now += Duration::from_millis(1);
+            p.set_limits(1.0 * MB, 1.0 * MB * (1.0 + i as f64 * 1e-6), now);
+        }
+        assert!(
+            p.try_debit(3.0 * MB, now),
+            "full: the oversized request goes"
+        );
     }
 
     proptest! {

@@ -5,6 +5,7 @@
 use serde::Deserialize;
 
 use super::lane::Lane;
+use crate::budget::settings::{Adaptive, QuotaMode, DEFAULT_INFLIGHT_BYTES};
 
 /// Admission's own settings: the `lanes`, `quota` and `relistGuard`
 /// sections of one configuration (see [`crate::config::Config::admission`]).
@@ -75,6 +76,16 @@ pub struct LaneRule {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct Quota {
+    /// `static`: the pool's rate and burst and the in-flight budget as
+    /// given; `adaptive` (default): steered by the protected lanes'
+    /// latency within `adaptive`'s bounds, these values as ceilings (see
+    /// [`crate::budget`]).
+    pub mode: QuotaMode,
+    /// Predicted bytes of heavy requests in flight at once (static mode;
+    /// the ceiling in adaptive mode). Default `1073741824` (1 GiB).
+    pub inflight_bytes: f64,
+    /// The adaptive budget's target and bounds.
+    pub adaptive: Adaptive,
     /// Refill rate of the pool, bytes/s (the base when scaling). Default
     /// `268435456` (256 MiB/s).
     pub bytes_per_second: f64,
@@ -270,6 +281,9 @@ pub fn default_rules() -> Vec<LaneRule> {
 impl Default for Quota {
     fn default() -> Self {
         Quota {
+            mode: QuotaMode::Adaptive,
+            inflight_bytes: DEFAULT_INFLIGHT_BYTES,
+            adaptive: Adaptive::default(),
             bytes_per_second: 268_435_456.0,
             burst_bytes: 1_073_741_824.0,
             etcd_read_weight: 2.0,
@@ -352,7 +366,7 @@ impl Default for RewriteRule {
 /// A setting out of range: the field's path and why.
 pub type Invalid = (&'static str, String);
 
-fn positive(field: &'static str, v: f64) -> Result<(), Invalid> {
+pub(crate) fn positive(field: &'static str, v: f64) -> Result<(), Invalid> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
@@ -406,6 +420,8 @@ impl Quota {
     pub fn validate(&self) -> Result<(), Invalid> {
         positive("quota.bytesPerSecond", self.bytes_per_second)?;
         positive("quota.burstBytes", self.burst_bytes)?;
+        positive("quota.inflightBytes", self.inflight_bytes)?;
+        self.adaptive.validate()?;
         non_negative("quota.etcdReadWeight", self.etcd_read_weight)?;
         positive("quota.maxWaitSeconds", self.max_wait_seconds)?;
         positive("quota.queue.quantumBytes", self.queue.quantum_bytes)?;

@@ -47,6 +47,16 @@ pub enum Forwarded {
     Upgraded(Response<Body>),
 }
 
+impl Forwarded {
+    /// The status of the response head.
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            Forwarded::Stream(resp, _) => resp.status(),
+            Forwarded::Upgraded(head) => head.status(),
+        }
+    }
+}
+
 /// Where upgraded connections run: in the drain's task tracker, closed at
 /// its hard stop, counted.
 #[derive(Debug, Clone)]

@@ -10,6 +10,8 @@
 
 mod series;
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -87,6 +89,14 @@ pub struct DirectionLabel {
     pub direction: &'static str,
 }
 
+/// The `reason` values of `tollgate_scrape_failures_total`.
+pub const SCRAPE_FAILURE_REASONS: [&str; 4] = ["noIdentity", "unauthorized", "forbidden", "error"];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric tollgate exports.
@@ -116,6 +126,13 @@ pub struct Metrics {
     pub quota_debited: Counter,
     pub quota_reconciled: Family<DirectionLabel, Counter>,
     pub guard_active: Gauge,
+    pub budget_rate: Gauge,
+    pub budget_inflight: Gauge,
+    pub budget_inflight_used: Gauge,
+    pub budget_signal: Gauge<f64, AtomicU64>,
+    pub budget_target: Gauge<f64, AtomicU64>,
+    pub budget_unlearned: Gauge,
+    pub scrape_failures: Family<ReasonLabel, Counter>,
     pub guard_triggers: Family<CauseLabel, Counter>,
     pub cluster_size: Family<UnitLabel, Gauge>,
     pub rewrites: Counter,
@@ -159,6 +176,13 @@ impl Metrics {
             quota_debited: Counter::default(),
             quota_reconciled: Family::default(),
             guard_active: Gauge::default(),
+            budget_rate: Gauge::default(),
+            budget_inflight: Gauge::default(),
+            budget_inflight_used: Gauge::default(),
+            budget_signal: Gauge::default(),
+            budget_target: Gauge::default(),
+            budget_unlearned: Gauge::default(),
+            scrape_failures: Family::default(),
             guard_triggers: Family::default(),
             cluster_size: Family::default(),
             rewrites: Counter::default(),
@@ -172,6 +196,12 @@ impl Metrics {
         m.register_prediction(registry);
         m.register_upstreams(registry);
         m.register_admission(registry);
+        // Exported at zero from the start: an alert can tell "never failed" from "not scraped".
+        for reason in SCRAPE_FAILURE_REASONS {
+            m.scrape_failures
+                .get_or_create(&ReasonLabel { reason })
+                .inc_by(0);
+        }
         m
     }
 
@@ -317,6 +347,7 @@ impl Metrics {
             Unit::Bytes,
             self.quota_reconciled.clone(),
         );
+        register_budget(self, r);
         r.register(
             "tollgate_relist_guard_active",
             "1 while the relist-storm guard ramps heavy admission after an upstream came back",
@@ -338,6 +369,50 @@ impl Metrics {
             self.rewrites.clone(),
         );
     }
+}
+
+/// The budget's gauges (see [`crate::budget`]).
+fn register_budget(m: &Metrics, r: &mut Registry) {
+    r.register_with_unit(
+        "tollgate_budget",
+        "Heavy-lane rate the budget sets in bytes per second (adaptive: the controller's; static: as configured and scaled), before the relist guard's ramp",
+        Unit::Other("bytes_per_second".into()),
+        m.budget_rate.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_inflight",
+        "Heavy-lane in-flight budget in predicted bytes (relist guard applied)",
+        Unit::Bytes,
+        m.budget_inflight.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_inflight_used",
+        "Predicted bytes of the heavy requests in flight",
+        Unit::Bytes,
+        m.budget_inflight_used.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_signal",
+        "Short-window p99 latency of the protected lanes (or the workload lane standing in) steering the budget; NaN with too few samples",
+        Unit::Seconds,
+        m.budget_signal.clone(),
+    );
+    r.register_with_unit(
+        "tollgate_budget_target",
+        "The p99 the budget keeps the signal within (adaptive.target)",
+        Unit::Seconds,
+        m.budget_target.clone(),
+    );
+    r.register(
+        "tollgate_budget_unlearned_patterns",
+        "Unlearned heavy-looking patterns with their one request in flight",
+        m.budget_unlearned.clone(),
+    );
+    r.register(
+        "tollgate_scrape_failures",
+        "Failed scrapes of the apiserver's /metrics, by reason (forbidden, unauthorized, noIdentity, error): the priors and the restart detection go without",
+        m.scrape_failures.clone(),
+    );
 }
 
 #[cfg(test)]
@@ -405,6 +480,11 @@ mod tests {
         m.cluster_size
             .get_or_create(&UnitLabel { unit: "nodes" })
             .set(1);
+        m.scrape_failures
+            .get_or_create(&ReasonLabel {
+                reason: "forbidden",
+            })
+            .inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         let exported: BTreeSet<String> = text

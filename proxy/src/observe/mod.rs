@@ -141,7 +141,7 @@ impl Observer {
             m.quota_reconciled
                 .get_or_create(&DirectionLabel { direction })
                 .inc_by(bytes as u64);
-            e.hold.settle(actual);
+            e.hold.settle(actual, complete);
         } else {
             drop(e.hold);
         }

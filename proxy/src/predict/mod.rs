@@ -358,6 +358,11 @@ impl PatternCache {
         })
     }
 
+    /// How many objects of `resource` the apiserver stores, if scraped.
+    pub fn object_count(&self, resource: &str) -> Option<f64> {
+        self.objects.get(resource).map(|o| o.count)
+    }
+
     /// Record how many objects of `resource` (`pods`, `apps/deployments`) the
     /// apiserver stores, as its metrics say.
     pub fn set_object_count(&mut self, resource: &str, count: f64) {

@@ -1,0 +1,390 @@
+//! The adaptive budget's controller: it moves the heavy lane's bytes/s rate
+//! and bytes-in-flight budget toward the largest values that keep the
+//! protected lanes' p99 (see [`super::signal`]) within the target. Pure:
+//! time and observations are passed in.
+//!
+//! ## One level, two outputs
+//! The controller steers one number, the *level* `L` in bytes: what the
+//! heavy lane may hold at once. The in-flight budget is `L` and the pool's
+//! rate lets `L` be admitted every [`TURNOVER`] (4 s, the default static
+//! pool's burst over its rate), each clamped to its own bounds:
+//! `inflight = clamp(L, minInflight, maxInflight)`,
+//! `rate = clamp(L / 4 s, minBytesPerSecond, maxBytesPerSecond)`.
+//! Long LISTs are held back by the in-flight budget (a dozen 33 MB LISTs at
+//! once wrecked the heartbeats); short ones by the rate, which spreads them
+//! out (the same dozen spread over a minute did not). Below one large
+//! request's size the in-flight budget admits it alone and the rate keeps
+//! falling, down to `minBytesPerSecond`: slower, never starved.
+//!
+//! ## Why not AIMD, a gradient or Vegas as they are
+//! All three adapt a request count from the latency of the requests they
+//! limit, sampled per request. Here the signal is another lane's latency,
+//! and it answers late: a decrease takes effect only when the LISTs admitted
+//! before it have ended, seconds later.
+//! - *Gradient* (Envoy, Gradient2: `limit·(target/sample)` each window)
+//!   re-decides every window; with a delayed response it cuts again and
+//!   again for the same overload (and Envoy's periodic forced minimum to
+//!   re-measure its baseline would stall every LIST for seconds). We keep
+//!   its idea that the size of a cut follows how far over the target the
+//!   signal is: `f = clamp(target/p99, 0.5, 0.8)`.
+//! - *AIMD* (concurrency-limits' `AIMDLimit`: `+1` while used, `×0.9` on a
+//!   drop) has the right shape and a guard against growing while unused,
+//!   which we keep: the level grows only while heavy requests waited for
+//!   it. Its additive step is for fairness between competing flows; we
+//!   have one flow per apiserver, and bytes span five orders of magnitude,
+//!   so our increases are proportional.
+//! - *Vegas* (`VegasLimit`: grow while the estimated queue is small, shrink
+//!   when large, hold between) gives the band we keep: between
+//!   [`HEADROOM`]·target and the target, the level holds, so it does not
+//!   probe right at the edge.
+//!
+//! ## The rules
+//! Every `intervalSeconds` the controller gets the signal, the target and
+//! what the heavy lane did since the last step.
+//! - **Decrease** when the p99 is over the target (or the apiserver answered
+//!   429/5xx) while heavy requests were in flight: `L = max(min, min(L,
+//!   used)·f)`, where `used` is the larger of the peak bytes in flight and
+//!   the bytes admitted over the last [`USE_WINDOW`] times `TURNOVER`, so a
+//!   level inflated while idle is cut to what is used. Then **hold**: no
+//!   further decrease until the bytes in flight have fallen under the new
+//!   budget and a signal window ([`HOLD_AFTER_DRAIN`]) has passed, or
+//!   [`MAX_HOLD`] in any case — until then the p99 still reflects LISTs
+//!   admitted before the cut.
+//! - **Increase** when, for at least [`MIN_EVIDENCE`] since the last change
+//!   (and since the p99 was last in the band), the p99 stayed under
+//!   `HEADROOM`·target, no 429/5xx came back, heavy requests waited for the
+//!   budget, and the last change could show: a request admitted after it
+//!   has completed, or nothing heavy is in flight, or `MAX_HOLD` passed.
+//!   Until the first decrease the level doubles (slow start, from a cold
+//!   start at the minimum: one heavy request in flight); after it, it grows
+//!   by [`GROWTH`] (×1.125: a halving is regained in six steps).
+//! - **Hold** otherwise: no signal (too few protected requests), idle, or
+//!   in the band.
+//!
+//! Properties (tested): the level and both outputs stay within their
+//! bounds whatever is observed; a sustained violation with heavy requests
+//! in flight drives the level down to its minimum; after it ends, demand
+//! with a healthy signal brings the level back to its maximum.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::settings::Bounds;
+
+/// The rate lets the in-flight level turn over once in this time.
+pub const TURNOVER: Duration = Duration::from_secs(4);
+/// The band under the target where the level holds.
+pub const HEADROOM: f64 = 0.8;
+/// The least time a change is watched before the next increase (the
+/// signal's shortest window).
+pub const MIN_EVIDENCE: Duration = super::signal::MIN_WINDOW;
+/// After a decrease has drained, the time before another may follow.
+pub const HOLD_AFTER_DRAIN: Duration = super::signal::MIN_WINDOW;
+/// The longest a decrease holds off the next, drained or not.
+pub const MAX_HOLD: Duration = Duration::from_secs(30);
+/// Growth per increase after the first decrease.
+pub const GROWTH: f64 = 1.125;
+/// Admitted bytes are summed over this long to measure use.
+pub const USE_WINDOW: Duration = Duration::from_secs(10);
+/// The smallest and largest cut.
+const CUT_RANGE: (f64, f64) = (0.5, 0.8);
+/// How far over the target a 429/5xx from the apiserver counts.
+const ERROR_RATIO: f64 = 1.5;
+/// Per-step admission records kept (USE_WINDOW at the fastest interval).
+const MAX_ADMISSIONS: usize = 256;
+
+/// What the heavy lane and the signal did since the last step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Observation {
+    /// The protected lanes' short-window p99; `None`: too few samples.
+    pub p99: Option<Duration>,
+    pub target: Duration,
+    /// Predicted bytes in flight now.
+    pub inflight_used: f64,
+    /// Most bytes in flight since the last step.
+    pub inflight_peak: f64,
+    /// Heavy requests in flight now.
+    pub inflight_count: usize,
+    /// Bytes admitted since the last step.
+    pub admitted: f64,
+    /// A heavy request waited for the in-flight budget or the rate.
+    pub waited: bool,
+    /// 429s and 5xx the apiserver answered since the last step.
+    pub upstream_errors: u64,
+}
+
+/// Slow start until the first decrease, then proportional growth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    SlowStart,
+    Steady,
+}
+
+/// What the last step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    Increase,
+    Decrease,
+    /// Over the target, but the last decrease has not taken effect yet.
+    HoldDraining,
+    /// Between `HEADROOM`·target and the target.
+    HoldBand,
+    /// Healthy, but nothing waited for the budget.
+    HoldIdle,
+    /// Healthy and wanted, but the last change has not shown yet.
+    HoldEvidence,
+    /// Too few protected requests to judge.
+    HoldNoSignal,
+    /// At the bound already.
+    HoldBound,
+}
+
+/// The controller.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    bounds: Bounds,
+    level: f64,
+    phase: Phase,
+    changed_at: Instant,
+    /// The current stretch of healthy evidence began here.
+    evidence_since: Instant,
+    /// Requests admitted after the last change that have completed.
+    completions: u64,
+    last_decrease: Option<Instant>,
+    /// After a decrease: when the bytes in flight fell under the budget.
+    drained_at: Option<Instant>,
+    /// Peak bytes in flight since the last change.
+    peak: f64,
+    waited: bool,
+    /// `(step time, bytes admitted)` over `USE_WINDOW`.
+    admissions: VecDeque<(Instant, f64)>,
+    last_action: Action,
+    increases: u64,
+    decreases: u64,
+}
+
+/// The controller as `/debug/budget` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerView {
+    pub level_bytes: f64,
+    pub bytes_per_second: f64,
+    pub inflight_bytes: f64,
+    pub phase: Phase,
+    pub last_action: Action,
+    pub seconds_since_change: f64,
+    pub seconds_since_decrease: Option<f64>,
+    pub increases: u64,
+    pub decreases: u64,
+}
+
+impl Controller {
+    /// A cold start: the level at its minimum (a heavy request larger than
+    /// the minimum in-flight budget runs alone), in slow start.
+    pub fn new(bounds: Bounds, now: Instant) -> Controller {
+        let mut c = Controller {
+            bounds,
+            level: 0.0,
+            phase: Phase::SlowStart,
+            changed_at: now,
+            evidence_since: now,
+            completions: 0,
+            last_decrease: None,
+            drained_at: None,
+            peak: 0.0,
+            waited: false,
+            admissions: VecDeque::new(),
+            last_action: Action::HoldNoSignal,
+            increases: 0,
+            decreases: 0,
+        };
+        c.level = c.range().0;
+        c
+    }
+
+    /// The level's range: what puts both outputs at their minimum, and at
+    /// their maximum.
+    fn range(&self) -> (f64, f64) {
+        let b = &self.bounds;
+        let turnover = TURNOVER.as_secs_f64();
+        let lo = b.min_inflight.min(b.min_rate * turnover);
+        let hi = b.max_inflight.max(b.max_rate * turnover).max(lo);
+        (lo, hi)
+    }
+
+    pub fn level(&self) -> f64 {
+        self.level
+    }
+
+    /// The pool's rate, bytes/s.
+    pub fn rate(&self) -> f64 {
+        let b = &self.bounds;
+        (self.level / TURNOVER.as_secs_f64()).clamp(b.min_rate, b.max_rate.max(b.min_rate))
+    }
+
+    /// The in-flight budget, bytes.
+    pub fn inflight(&self) -> f64 {
+        let b = &self.bounds;
+        self.level
+            .clamp(b.min_inflight, b.max_inflight.max(b.min_inflight))
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn last_action(&self) -> Action {
+        self.last_action
+    }
+
+    /// New bounds (a reload, cluster-size scaling): the level is clamped.
+    pub fn set_bounds(&mut self, bounds: Bounds) {
+        self.bounds = bounds;
+        let (lo, hi) = self.range();
+        self.level = self.level.clamp(lo, hi);
+    }
+
+    /// A heavy request admitted at `admitted_at` completed (its response
+    /// was sent whole): evidence that a change before it has shown.
+    pub fn note_completion(&mut self, admitted_at: Instant) {
+        if admitted_at >= self.changed_at {
+            self.completions += 1;
+        }
+    }
+
+    fn change(&mut self, level: f64, now: Instant) {
+        let (lo, hi) = self.range();
+        self.level = level.clamp(lo, hi);
+        self.changed_at = now;
+        self.evidence_since = now;
+        self.completions = 0;
+        self.peak = 0.0;
+        self.waited = false;
+    }
+
+    /// Bytes in use: the peak in flight, or the admitted rate turned into
+    /// a level, whichever is larger.
+    fn used(&self) -> f64 {
+        let admitted: f64 = self.admissions.iter().map(|a| a.1).sum();
+        let per_second = admitted / USE_WINDOW.as_secs_f64();
+        self.peak.max(per_second * TURNOVER.as_secs_f64())
+    }
+
+    /// One step at `now`.
+    pub fn step(&mut self, o: &Observation, now: Instant) -> Action {
+        self.admissions.push_back((now, o.admitted.max(0.0)));
+        while self.admissions.len() > MAX_ADMISSIONS
+            || self
+                .admissions
+                .front()
+                .is_some_and(|a| now.saturating_duration_since(a.0) > USE_WINDOW)
+        {
+            self.admissions.pop_front();
+        }
+        self.peak = self.peak.max(o.inflight_peak).max(o.inflight_used);
+        self.waited |= o.waited;
+        if self.last_decrease.is_some()
+            && self.drained_at.is_none()
+            && o.inflight_used <= self.inflight()
+        {
+            self.drained_at = Some(now);
+        }
+        let action = self.decide(o, now);
+        self.last_action = action;
+        action
+    }
+
+    fn decide(&mut self, o: &Observation, now: Instant) -> Action {
+        let signal_ratio = o
+            .p99
+            .map(|p| p.as_secs_f64() / o.target.as_secs_f64().max(1e-9));
+        let error_ratio = (o.upstream_errors > 0).then_some(ERROR_RATIO);
+        let ratio = match (signal_ratio, error_ratio) {
+            (Some(s), Some(e)) => Some(s.max(e)),
+            (s, e) => s.or(e),
+        };
+        let Some(ratio) = ratio else {
+            self.evidence_since = now;
+            return Action::HoldNoSignal;
+        };
+        let busy = self.peak > 0.0 || o.inflight_count > 0;
+        if ratio > 1.0 {
+            self.evidence_since = now;
+            if !busy {
+                // Not ours to fix: nothing heavy was running.
+                return Action::HoldIdle;
+            }
+            let held = self.last_decrease.is_some_and(|d| {
+                let drained = self
+                    .drained_at
+                    .is_some_and(|t| now.saturating_duration_since(t) >= HOLD_AFTER_DRAIN);
+                !drained && now.saturating_duration_since(d) < MAX_HOLD
+            });
+            if held {
+                return Action::HoldDraining;
+            }
+            let (lo, _) = self.range();
+            if self.level <= lo {
+                return Action::HoldBound;
+            }
+            let cut = (1.0 / ratio).clamp(CUT_RANGE.0, CUT_RANGE.1);
+            let level = self.level.min(self.used()) * cut;
+            self.change(level, now);
+            self.phase = Phase::Steady;
+            self.last_decrease = Some(now);
+            self.drained_at = (o.inflight_used <= self.inflight()).then_some(now);
+            self.decreases += 1;
+            return Action::Decrease;
+        }
+        if o.upstream_errors > 0 || ratio > HEADROOM {
+            self.evidence_since = now;
+            return Action::HoldBand;
+        }
+        if !self.waited {
+            return Action::HoldIdle;
+        }
+        let watched = now.saturating_duration_since(self.evidence_since) >= MIN_EVIDENCE;
+        let shown = self.completions > 0
+            || o.inflight_count == 0
+            || now.saturating_duration_since(self.changed_at) >= MAX_HOLD;
+        if !(watched && shown) {
+            return Action::HoldEvidence;
+        }
+        let (_, hi) = self.range();
+        if self.level >= hi {
+            return Action::HoldBound;
+        }
+        let factor = match self.phase {
+            Phase::SlowStart => 2.0,
+            Phase::Steady => GROWTH,
+        };
+        self.change(self.level * factor, now);
+        self.increases += 1;
+        Action::Increase
+    }
+
+    pub fn view(&self, now: Instant) -> ControllerView {
+        ControllerView {
+            level_bytes: self.level,
+            bytes_per_second: self.rate(),
+            inflight_bytes: self.inflight(),
+            phase: self.phase,
+            last_action: self.last_action,
+            seconds_since_change: now.saturating_duration_since(self.changed_at).as_secs_f64(),
+            seconds_since_decrease: self
+                .last_decrease
+                .map(|d| now.saturating_duration_since(d).as_secs_f64()),
+            increases: self.increases,
+            decreases: self.decreases,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "adaptive_tests.rs"]
+mod tests;

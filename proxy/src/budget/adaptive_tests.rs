@@ -1,0 +1,280 @@
+use super::*;
+use proptest::prelude::*;
+
+const MB: f64 = 1_000_000.0;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn bounds() -> Bounds {
+    Bounds {
+        min_rate: 1.0 * MB,
+        max_rate: 100.0 * MB,
+        min_inflight: 8.0 * MB,
+        max_inflight: 400.0 * MB,
+    }
+}
+
+/// A step's observation: p99 in ms against a 50 ms target.
+fn obs(p99_ms: Option<u64>, used: f64, count: usize, waited: bool) -> Observation {
+    Observation {
+        p99: p99_ms.map(ms),
+        target: ms(50),
+        inflight_used: used,
+        inflight_peak: used,
+        inflight_count: count,
+        admitted: 0.0,
+        waited,
+        upstream_errors: 0,
+    }
+}
+
+#[test]
+fn a_cold_start_doubles_then_a_violation_cuts_and_holds_until_drained() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    // Level 4 MB: the in-flight budget at its 8 MB minimum (a 33 MB LIST
+    // runs alone), the rate at its 1 MB/s minimum.
+    assert_eq!(
+        (c.level(), c.inflight(), c.rate()),
+        (4.0 * MB, 8.0 * MB, 1.0 * MB)
+    );
+    let one_list = obs(Some(10), 33.0 * MB, 1, true);
+    assert_eq!(c.step(&one_list, t0 + ms(500)), Action::HoldEvidence);
+    assert_eq!(
+        c.step(&one_list, t0 + ms(2000)),
+        Action::HoldEvidence,
+        "watched 2 s, but the LIST admitted before has not ended"
+    );
+    c.note_completion(t0 - ms(100));
+    assert_eq!(
+        c.step(&one_list, t0 + ms(2500)),
+        Action::HoldEvidence,
+        "admitted before the change"
+    );
+    c.note_completion(t0 + ms(100));
+    assert_eq!(c.step(&one_list, t0 + ms(3000)), Action::Increase);
+    assert_eq!((c.level(), c.rate()), (8.0 * MB, 2.0 * MB));
+    assert_eq!(
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(5000)),
+        Action::Increase,
+        "slow start: nothing in flight, so it has shown"
+    );
+    assert_eq!(
+        (c.level(), c.inflight(), c.rate()),
+        (16.0 * MB, 16.0 * MB, 4.0 * MB)
+    );
+    // 100 ms against 50: cut by half (the most), from the level since the
+    // peak (33 MB) is above it.
+    let over = obs(Some(100), 33.0 * MB, 1, true);
+    assert_eq!(c.step(&over, t0 + ms(5500)), Action::Decrease);
+    assert_eq!(
+        (c.level(), c.inflight(), c.rate()),
+        (8.0 * MB, 8.0 * MB, 2.0 * MB)
+    );
+    assert_eq!(c.phase(), Phase::Steady);
+    // Still 33 MB in flight: the cut has not taken effect.
+    assert_eq!(c.step(&over, t0 + ms(6000)), Action::HoldDraining);
+    assert_eq!(
+        c.step(&obs(Some(100), 0.0, 0, true), t0 + ms(7000)),
+        Action::HoldDraining,
+        "drained just now"
+    );
+    assert_eq!(
+        c.step(&obs(Some(60), 0.0, 0, true), t0 + ms(9000)),
+        Action::Decrease,
+        "a window after draining"
+    );
+    // 60 ms: 50/60 = 0.83, cut at least to 0.8; used is the 33 MB peak.
+    assert_eq!(c.level(), 6.4 * MB);
+    // Healthy again: evidence for 2 s, then ×1.125.
+    let ok = obs(Some(20), 0.0, 0, true);
+    assert_eq!(c.step(&ok, t0 + ms(10_000)), Action::HoldEvidence);
+    assert_eq!(c.step(&ok, t0 + ms(11_000)), Action::Increase);
+    assert!((c.level() - 7.2 * MB).abs() < 1.0);
+    assert_eq!(c.view(t0 + ms(11_000)).decreases, 2);
+}
+
+#[test]
+fn holds_in_the_band_when_idle_and_without_a_signal() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let l = c.level();
+    assert_eq!(
+        c.step(&obs(Some(10), 0.0, 0, false), t0 + ms(3000)),
+        Action::HoldIdle,
+        "nothing waited, nothing to grow for"
+    );
+    assert_eq!(
+        c.step(&obs(Some(500), 0.0, 0, false), t0 + ms(3500)),
+        Action::HoldIdle,
+        "slow, but nothing heavy ran"
+    );
+    assert_eq!(
+        c.step(&obs(Some(45), 0.0, 0, true), t0 + ms(6000)),
+        Action::HoldBand
+    );
+    assert_eq!(
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(7000)),
+        Action::HoldEvidence,
+        "the band restarted the evidence"
+    );
+    assert_eq!(
+        c.step(&obs(None, 0.0, 0, true), t0 + ms(9000)),
+        Action::HoldNoSignal
+    );
+    assert_eq!(c.level(), l);
+    assert_eq!(
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(11_000)),
+        Action::Increase
+    );
+}
+
+#[test]
+fn a_level_grown_for_old_demand_is_cut_to_what_is_used() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let mut now = t0;
+    while c.level() < 400.0 * MB {
+        now += ms(2000);
+        c.step(&obs(Some(10), 0.0, 0, true), now);
+    }
+    // 20 MB admitted over a step (2 MB/s over 10 s → an 8 MB level), 12 MB
+    // peak in flight; 200 ms: cut by half from 12 MB.
+    now += ms(500);
+    let o = Observation {
+        admitted: 20.0 * MB,
+        ..obs(Some(200), 12.0 * MB, 3, false)
+    };
+    assert_eq!(c.step(&o, now), Action::Decrease);
+    assert_eq!(c.level(), 6.0 * MB);
+    assert_eq!(c.inflight(), 8.0 * MB);
+}
+
+#[test]
+fn apiserver_errors_count_as_a_violation() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(2000));
+    assert_eq!(c.level(), 8.0 * MB);
+    let o = Observation {
+        upstream_errors: 3,
+        ..obs(Some(10), 8.0 * MB, 1, true)
+    };
+    assert_eq!(c.step(&o, t0 + ms(2500)), Action::Decrease);
+    assert!((c.level() - 8.0 * MB / 1.5).abs() < 1.0);
+}
+
+fn arb_bounds() -> impl Strategy<Value = Bounds> {
+    (1e3f64..1e8, 1.0f64..1000.0, 1e4f64..1e9, 1.0f64..1000.0).prop_map(
+        |(min_rate, rate_span, min_inflight, inflight_span)| Bounds {
+            min_rate,
+            max_rate: min_rate * rate_span,
+            min_inflight,
+            max_inflight: min_inflight * inflight_span,
+        },
+    )
+}
+
+fn within(c: &Controller, b: &Bounds) -> Result<(), TestCaseError> {
+    let eps = 1e-9;
+    prop_assert!(c.rate() >= b.min_rate * (1.0 - eps) && c.rate() <= b.max_rate * (1.0 + eps));
+    prop_assert!(
+        c.inflight() >= b.min_inflight * (1.0 - eps)
+            && c.inflight() <= b.max_inflight * (1.0 + eps)
+    );
+    let (lo, hi) = c.range();
+    prop_assert!(c.level() >= lo * (1.0 - eps) && c.level() <= hi * (1.0 + eps));
+    Ok(())
+}
+
+proptest! {
+    /// Whatever is observed, and whatever bounds a reload brings, the
+    /// level and both outputs stay within their bounds.
+    #[test]
+    fn stays_within_bounds(
+        b in arb_bounds(),
+        b2 in arb_bounds(),
+        steps in proptest::collection::vec(
+            (0u64..3000, proptest::option::of(0u64..500), 0.0f64..1e9, 0usize..5, any::<bool>(), 0u64..3, 0u8..20),
+            1..300,
+        ),
+    ) {
+        let t0 = Instant::now();
+        let mut c = Controller::new(b, t0);
+        let mut bounds = b;
+        let mut now = t0;
+        within(&c, &bounds)?;
+        for (gap, p99, used, count, waited, errors, extra) in steps {
+            now += ms(gap);
+            if extra == 0 {
+                bounds = b2;
+                c.set_bounds(bounds);
+            } else if extra < 5 {
+                c.note_completion(now - ms(gap / 2));
+            }
+            let o = Observation {
+                upstream_errors: errors.saturating_sub(1),
+                admitted: used / 4.0,
+                ..obs(p99, used, count, waited)
+            };
+            c.step(&o, now);
+            within(&c, &bounds)?;
+        }
+    }
+
+    /// A sustained violation while heavy requests fill the budget drives
+    /// the level down, never up, to its minimum; then healthy demand
+    /// brings it back up, never down, to its maximum.
+    #[test]
+    fn decreases_under_violation_and_recovers_after(
+        b in arb_bounds(),
+        over in 1.01f64..6.0,
+        warm in 0usize..60,
+    ) {
+        let t0 = Instant::now();
+        let mut c = Controller::new(b, t0);
+        let (lo, hi) = c.range();
+        let mut now = t0;
+        // Some healthy growth first.
+        for _ in 0..warm {
+            now += ms(500);
+            c.step(&obs(Some(10), 0.0, 0, true), now);
+        }
+        // Overloaded: p99 `over` times the target, the budget full of
+        // requests that end within a step (the sim's requests end when the
+        // next step sees the new budget).
+        let target = ms(50);
+        let mut prev = c.level();
+        let mut reached = false;
+        for _ in 0..600 {
+            now += ms(500);
+            let o = Observation {
+                p99: Some(target.mul_f64(over)),
+                ..obs(None, c.inflight(), 2, true)
+            };
+            c.step(&o, now);
+            prop_assert!(c.level() <= prev, "rose under violation");
+            prev = c.level();
+            if c.level() <= lo * (1.0 + 1e-9) {
+                reached = true;
+                break;
+            }
+        }
+        prop_assert!(reached, "level {} never reached {lo}", c.level());
+        let mut reached = false;
+        for _ in 0..2000 {
+            now += ms(500);
+            c.note_completion(now - ms(100));
+            c.step(&obs(Some(10), c.inflight(), 2, true), now);
+            prop_assert!(c.level() >= prev, "fell while healthy");
+            prev = c.level();
+            if c.level() >= hi * (1.0 - 1e-9) {
+                reached = true;
+                break;
+            }
+        }
+        prop_assert!(reached, "level {} never came back to {hi}", c.level());
+    }
+}

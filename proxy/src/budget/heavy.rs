@@ -1,0 +1,403 @@
+//! The heavy lane's budget as admission holds it: the in-flight budget,
+//! the signal and the controller together, with what they learn between
+//! two controller steps. Pure: time is passed in; admission keeps it
+//! behind its lock, the control loop calls [`HeavyBudget::step`].
+//!
+//! The signal is the protected lanes' latency (heartbeats, leases, system
+//! and exempt requests); where too few of those pass through tollgate (the
+//! kubelets talk to the apiserver directly), the light requests of the
+//! `workload` lane stand in, each against its own baseline. With neither,
+//! the controller holds.
+//!
+//! In `static` mode the rate and in-flight budget are the configured ones
+//! and the controller does not move; the signal and the target are still
+//! measured and shown, so an operator can see what `adaptive` would do.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::adaptive::{Action, Controller, ControllerView, Observation};
+use super::inflight::InflightBudget;
+use super::settings::{Adaptive, QuotaMode};
+use super::signal::{Signal, SignalView};
+
+/// The adaptive pool's burst, in seconds of its rate.
+pub const BURST: Duration = Duration::from_secs(1);
+
+/// The static values the budget is bounded by (after cluster-size
+/// scaling): `quota.bytesPerSecond`, `quota.burstBytes`, `quota.inflightBytes`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ceilings {
+    pub rate: f64,
+    pub burst: f64,
+    pub inflight: f64,
+}
+
+/// What the pool and the in-flight budget are set to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub rate: f64,
+    pub burst: f64,
+    pub inflight: f64,
+}
+
+/// The budget.
+#[derive(Debug, Clone)]
+pub struct HeavyBudget {
+    mode: QuotaMode,
+    adaptive: Adaptive,
+    ceilings: Ceilings,
+    inflight: InflightBudget,
+    signal: Signal,
+    /// Light `workload` requests: the signal when protected ones are too few.
+    fallback: Signal,
+    controller: Controller,
+    /// Since the last step.
+    admitted: f64,
+    waited: bool,
+    upstream_errors: u64,
+    last: Option<(Option<Duration>, Duration, Action)>,
+}
+
+/// `/debug/budget`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetView {
+    pub mode: &'static str,
+    /// The rate the budget sets (before the relist guard's ramp).
+    pub bytes_per_second: f64,
+    pub burst_bytes: f64,
+    /// The in-flight budget in force (the relist guard's ramp applied).
+    pub inflight_bytes: f64,
+    /// Predicted bytes of the heavy requests in flight.
+    pub inflight_used_bytes: f64,
+    pub inflight_requests: usize,
+    /// Unlearned heavy-looking patterns with their one request in flight.
+    pub unlearned_inflight: usize,
+    pub target_seconds: f64,
+    /// `protected` or `workload`: whose latency steers the budget now.
+    pub signal_source: &'static str,
+    /// That signal's p99, seconds (`None`: too few samples).
+    pub p99_seconds: Option<f64>,
+    pub signal: SignalView,
+    pub workload_signal: SignalView,
+    pub controller: ControllerView,
+}
+
+impl HeavyBudget {
+    pub fn new(mode: QuotaMode, adaptive: Adaptive, ceilings: Ceilings, now: Instant) -> Self {
+        let bounds = adaptive.bounds(ceilings.rate, ceilings.inflight);
+        let controller = Controller::new(bounds, now);
+        let mut b = HeavyBudget {
+            mode,
+            adaptive,
+            ceilings,
+            inflight: InflightBudget::new(0.0),
+            signal: Signal::new(),
+            fallback: Signal::new(),
+            controller,
+            admitted: 0.0,
+            waited: false,
+            upstream_errors: 0,
+            last: None,
+        };
+        b.inflight.set_budget(b.limits().inflight);
+        b
+    }
+
+    /// New settings or ceilings (a reload, cluster-size scaling): the
+    /// controller keeps its level, clamped to the new bounds.
+    pub fn set_settings(&mut self, mode: QuotaMode, adaptive: &Adaptive, ceilings: Ceilings) {
+        if (mode, adaptive, ceilings) == (self.mode, &self.adaptive, self.ceilings) {
+            return;
+        }
+        self.mode = mode;
+        self.adaptive = adaptive.clone();
+        self.ceilings = ceilings;
+        self.controller
+            .set_bounds(adaptive.bounds(ceilings.rate, ceilings.inflight));
+        let inflight = self.limits().inflight;
+        self.inflight.set_budget(inflight);
+    }
+
+    pub fn mode(&self) -> QuotaMode {
+        self.mode
+    }
+
+    /// The pool's rate and burst and the in-flight budget, before the
+    /// relist guard's factor. Adaptive: the burst is one second of the
+    /// rate (under the static burst), so after a pause the in-flight
+    /// budget fills at the rate, not at once.
+    pub fn limits(&self) -> Limits {
+        match self.mode {
+            QuotaMode::Static => Limits {
+                rate: self.ceilings.rate,
+                burst: self.ceilings.burst,
+                inflight: self.ceilings.inflight,
+            },
+            QuotaMode::Adaptive => {
+                let rate = self.controller.rate();
+                Limits {
+                    rate,
+                    burst: (rate * BURST.as_secs_f64()).min(self.ceilings.burst),
+                    inflight: self.controller.inflight(),
+                }
+            }
+        }
+    }
+
+    /// Scale the in-flight budget by the relist guard's factor; in
+    /// adaptive mode never below `minInflightBytes` (the controller starts
+    /// there already: the guard's ramp on top of it would leave every
+    /// relist alone in flight).
+    pub fn apply_guard(&mut self, factor: f64) {
+        let mut inflight = self.limits().inflight * factor;
+        if self.mode == QuotaMode::Adaptive {
+            let b = self
+                .adaptive
+                .bounds(self.ceilings.rate, self.ceilings.inflight);
+            inflight = inflight.max(b.min_inflight);
+        }
+        self.inflight.set_budget(inflight);
+    }
+
+    pub fn inflight(&self) -> &InflightBudget {
+        &self.inflight
+    }
+
+    /// Would `bytes` fit in the in-flight budget now?
+    pub fn fits(&self, bytes: f64) -> bool {
+        self.inflight.fits(bytes)
+    }
+
+    /// Take `bytes` of the in-flight budget for an admitted request (dry
+    /// run: `force`).
+    pub fn acquire(&mut self, bytes: f64, force: bool, now: Instant) -> bool {
+        let ok = if force {
+            self.inflight.force_acquire(bytes);
+            true
+        } else {
+            self.inflight.try_acquire(bytes)
+        };
+        if ok {
+            self.admitted += bytes;
+            self.signal.set_heavy_busy(true, now);
+            self.fallback.set_heavy_busy(true, now);
+        }
+        ok
+    }
+
+    /// A heavy request waited (for the in-flight budget or the pool).
+    pub fn note_waited(&mut self) {
+        self.waited = true;
+    }
+
+    /// An admitted request that took `bytes` ended; `completed` if its
+    /// response was sent whole (evidence for the controller).
+    pub fn release(&mut self, bytes: f64, admitted_at: Instant, completed: bool, now: Instant) {
+        self.inflight.release(bytes);
+        if completed {
+            self.controller.note_completion(admitted_at);
+        }
+        if self.inflight.count() == 0 {
+            self.signal.set_heavy_busy(false, now);
+            self.fallback.set_heavy_busy(false, now);
+        }
+    }
+
+    /// A protected request (heartbeat, lease, system, exempt) took `latency`.
+    pub fn record_protected(&mut self, latency: Duration, started: Instant, now: Instant) {
+        self.signal.record(latency, started, now);
+    }
+
+    /// A light request of the `workload` lane took `latency`.
+    pub fn record_workload(&mut self, latency: Duration, started: Instant, now: Instant) {
+        self.fallback.record(latency, started, now);
+    }
+
+    /// The apiserver answered 429 or 5xx.
+    pub fn note_upstream_error(&mut self) {
+        self.upstream_errors += 1;
+    }
+
+    /// The signal at `now`: `(source, p99, target)`, the protected lanes'
+    /// if they have enough samples, else the workload lane's.
+    pub fn signal(&mut self, now: Instant) -> (&'static str, Option<Duration>, Duration) {
+        if let Some((p99, _, _)) = self.signal.p99(now) {
+            let target = self.adaptive.target(self.signal.baseline(now));
+            return ("protected", Some(p99), target);
+        }
+        if let Some((p99, _, _)) = self.fallback.p99(now) {
+            let target = self.adaptive.target(self.fallback.baseline(now));
+            return ("workload", Some(p99), target);
+        }
+        let target = self.adaptive.target(self.signal.baseline(now));
+        ("protected", None, target)
+    }
+
+    /// One controller step: returns what it did (static mode: nothing) and
+    /// the new limits to apply.
+    pub fn step(&mut self, now: Instant) -> (Option<Action>, Limits) {
+        let (_, p99, target) = self.signal(now);
+        let window = self.inflight.take_window();
+        let o = Observation {
+            p99,
+            target,
+            inflight_used: self.inflight.used(),
+            inflight_peak: window.peak,
+            inflight_count: self.inflight.count(),
+            admitted: std::mem::take(&mut self.admitted),
+            waited: std::mem::take(&mut self.waited) || window.blocked,
+            upstream_errors: std::mem::take(&mut self.upstream_errors),
+        };
+        let action = match self.mode {
+            QuotaMode::Adaptive => {
+                let a = self.controller.step(&o, now);
+                if a == Action::Decrease || a == Action::Increase {
+                    tracing::info!(
+                        action = ?a,
+                        p99_ms = p99.map(|p| p.as_secs_f64() * 1e3),
+                        target_ms = target.as_secs_f64() * 1e3,
+                        bytes_per_second = self.controller.rate() as u64,
+                        inflight_bytes = self.controller.inflight() as u64,
+                        "adaptive budget"
+                    );
+                }
+                Some(a)
+            }
+            QuotaMode::Static => None,
+        };
+        self.last = Some((p99, target, action.unwrap_or(Action::HoldBound)));
+        let limits = self.limits();
+        (action, limits)
+    }
+
+    /// The last step's p99 and target.
+    pub fn last_signal(&self) -> Option<(Option<Duration>, Duration)> {
+        self.last.map(|(p, t, _)| (p, t))
+    }
+
+    pub fn view(&mut self, now: Instant) -> BudgetView {
+        let limits = self.limits();
+        let (source, p99, target) = self.signal(now);
+        BudgetView {
+            p99_seconds: p99.map(|p| p.as_secs_f64()),
+            mode: self.mode.as_str(),
+            bytes_per_second: limits.rate,
+            burst_bytes: limits.burst,
+            inflight_bytes: self.inflight.budget(),
+            inflight_used_bytes: self.inflight.used(),
+            inflight_requests: self.inflight.count(),
+            unlearned_inflight: 0,
+            target_seconds: target.as_secs_f64(),
+            signal_source: source,
+            signal: self.signal.view(now),
+            workload_signal: self.fallback.view(now),
+            controller: self.controller.view(now),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: f64 = 1_000_000.0;
+
+    fn ceilings() -> Ceilings {
+        Ceilings {
+            rate: 100.0 * MB,
+            burst: 400.0 * MB,
+            inflight: 1000.0 * MB,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn static_mode_uses_the_configured_values() {
+        let t0 = Instant::now();
+        let mut b = HeavyBudget::new(QuotaMode::Static, Adaptive::default(), ceilings(), t0);
+        assert_eq!(
+            b.limits(),
+            Limits {
+                rate: 100.0 * MB,
+                burst: 400.0 * MB,
+                inflight: 1000.0 * MB
+            }
+        );
+        assert_eq!(b.step(t0 + ms(500)).0, None);
+        assert_eq!(b.inflight().budget(), 1000.0 * MB);
+    }
+
+    #[test]
+    fn adaptive_starts_at_the_minimum_and_grows_while_lists_wait() {
+        let t0 = Instant::now();
+        let adaptive = Adaptive {
+            min_bytes_per_second: 1.0 * MB,
+            min_inflight_bytes: 8.0 * MB,
+            ..Adaptive::default()
+        };
+        let mut b = HeavyBudget::new(QuotaMode::Adaptive, adaptive, ceilings(), t0);
+        assert_eq!(
+            b.limits(),
+            Limits {
+                rate: 1.0 * MB,
+                burst: 1.0 * MB,
+                inflight: 8.0 * MB
+            }
+        );
+        // A 33 MB LIST runs alone; a second waits.
+        assert!(b.acquire(33.0 * MB, false, t0));
+        assert!(!b.acquire(33.0 * MB, false, t0));
+        let mut now = t0;
+        // Heartbeats at 20/s, 10 ms, while the LIST runs for a second.
+        for _ in 0..20 {
+            now += ms(50);
+            b.record_protected(ms(10), now - ms(10), now);
+        }
+        b.release(33.0 * MB, t0, true, now);
+        for _ in 0..20 {
+            now += ms(50);
+            b.record_protected(ms(10), now - ms(10), now);
+        }
+        b.note_waited();
+        let (action, limits) = b.step(now);
+        assert_eq!(
+            action,
+            Some(Action::Increase),
+            "slow start after 2 s of evidence"
+        );
+        assert_eq!((limits.rate, limits.inflight), (2.0 * MB, 8.0 * MB));
+        assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
+        let v = b.view(now);
+        assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));
+        assert_eq!((v.target_seconds, v.signal_source), (0.05, "protected"));
+    }
+
+    #[test]
+    fn workload_requests_stand_in_for_missing_protected_ones() {
+        let t0 = Instant::now();
+        let mut b = HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
+        let mut now = t0;
+        assert_eq!(
+            b.signal(now),
+            ("protected", None, ms(50)),
+            "no signal: the floor"
+        );
+        for _ in 0..40 {
+            now += ms(50);
+            b.record_workload(ms(80), now - ms(80), now);
+        }
+        assert_eq!(b.signal(now), ("workload", Some(ms(80)), ms(50)));
+        for _ in 0..40 {
+            now += ms(50);
+            b.record_protected(ms(7), now - ms(7), now);
+        }
+        assert_eq!(b.signal(now), ("protected", Some(ms(7)), ms(50)));
+    }
+}

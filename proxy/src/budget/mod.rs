@@ -1,0 +1,19 @@
+//! The heavy lane's budget, all pure cores with time passed in:
+//! - [`inflight`]: bytes in flight, beside the bytes/s pool; a request
+//!   larger than the whole budget runs alone.
+//! - [`unlearned`]: one request at a time per heavy-looking pattern until
+//!   it has a completed response.
+//! - [`signal`]: the protected lanes' short-window p99 and the baseline
+//!   learned while no heavy request is in flight.
+//! - [`adaptive`]: the controller that moves the rate and the in-flight
+//!   budget toward the largest values that keep the signal within target.
+//! - [`heavy`]: the three above together as admission holds them, with
+//!   what they learn between two controller steps; static or adaptive.
+//! - [`settings`]: `quota.mode`, `quota.inflightBytes`, `quota.adaptive`.
+
+pub mod adaptive;
+pub mod heavy;
+pub mod inflight;
+pub mod settings;
+pub mod signal;
+pub mod unlearned;

@@ -1,0 +1,353 @@
+//! The latency signal: how the lanes tollgate protects (node heartbeats,
+//! leases, system and exempt requests) fare right now, against how they
+//! fare with no heavy request in flight. Pure: time is passed in.
+//!
+//! **The short-window p99.** Heartbeats arrive at ~20/s on a small cluster,
+//! so a 1 s window holds ~20 samples and its p99 is simply the maximum: one
+//! garbage-collection pause would read as an overload. The window is the
+//! shortest run of newest samples that spans at least [`MIN_WINDOW`] and
+//! holds at least [`MIN_SAMPLES`], never older than [`MAX_WINDOW`]; fewer
+//! samples than that in `MAX_WINDOW` is no signal (the controller holds).
+//! The quantile is taken by nearest rank, but never the single largest
+//! sample (`rank = min(⌈0.99·n⌉, n − 1)`): with 40 samples the p99 is the
+//! second largest, so one outlier alone cannot trigger a decrease; from 100
+//! samples on it is the plain p99. At most [`MAX_SAMPLES`] are kept: on a
+//! large cluster the window is then the newest `MAX_SAMPLES`, still
+//! seconds long.
+//!
+//! **The baseline** is the p99 of *quiet* samples: requests that started at
+//! least [`SETTLE`] after the last heavy request ended and ended before the
+//! next one started (the apiserver's memory and garbage collector stay
+//! busy for a moment after a large LIST). It is kept honest over time by a
+//! horizon: only quiet samples of the last [`BASELINE_HORIZON`] count, so a
+//! cluster that grew slower (or faster) moves its baseline within minutes.
+//! Under a heavy load that never pauses no quiet sample arrives; the last
+//! baseline is then kept and reported stale (its age is in `/debug/budget`)
+//! rather than guessed from loaded samples, which would let the target
+//! drift up with the overload it should catch. Before any baseline exists
+//! the target uses its floor.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// The window spans at least this much time…
+pub const MIN_WINDOW: Duration = Duration::from_secs(2);
+/// …and holds at least this many samples…
+pub const MIN_SAMPLES: usize = 20;
+/// …but reaches no further back than this.
+pub const MAX_WINDOW: Duration = Duration::from_secs(10);
+/// Samples kept (recent and quiet each).
+pub const MAX_SAMPLES: usize = 4096;
+/// After a heavy request ends, samples count as quiet only from then on.
+pub const SETTLE: Duration = Duration::from_secs(2);
+/// Quiet samples older than this no longer shape the baseline.
+pub const BASELINE_HORIZON: Duration = Duration::from_secs(600);
+/// Quiet samples needed for a (new) baseline.
+pub const BASELINE_MIN_SAMPLES: usize = 100;
+
+const QUANTILE: f64 = 0.99;
+
+/// The protected lanes' latency.
+#[derive(Debug, Clone)]
+pub struct Signal {
+    /// `(ended at, seconds)`, oldest first.
+    recent: VecDeque<(Instant, f64)>,
+    quiet: VecDeque<(Instant, f64)>,
+    heavy_busy: bool,
+    /// When the heavy lane last became empty.
+    heavy_idle_since: Option<Instant>,
+    /// When the heavy lane last became busy.
+    heavy_busy_since: Option<Instant>,
+    /// The last baseline and when its newest quiet sample ended.
+    baseline: Option<(f64, Instant)>,
+}
+
+/// The signal as `/debug/budget` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalView {
+    /// Seconds; `None`: too few samples.
+    pub p99_seconds: Option<f64>,
+    /// Samples in the window.
+    pub window_samples: usize,
+    /// Seconds the window spans.
+    pub window_seconds: f64,
+    pub baseline_seconds: Option<f64>,
+    /// Seconds since the newest quiet sample behind the baseline.
+    pub baseline_age_seconds: Option<f64>,
+    pub quiet_samples: usize,
+}
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal::new()
+    }
+}
+
+impl Signal {
+    pub fn new() -> Signal {
+        Signal {
+            recent: VecDeque::new(),
+            quiet: VecDeque::new(),
+            heavy_busy: false,
+            heavy_idle_since: None,
+            heavy_busy_since: None,
+            baseline: None,
+        }
+    }
+
+    /// Whether a heavy request is in flight, as of `now` (called whenever
+    /// the heavy lane becomes busy or empty; repeats are harmless).
+    pub fn set_heavy_busy(&mut self, busy: bool, now: Instant) {
+        if busy && !self.heavy_busy {
+            self.heavy_busy_since = Some(now);
+        }
+        if !busy && self.heavy_busy {
+            self.heavy_idle_since = Some(now);
+        }
+        self.heavy_busy = busy;
+    }
+
+    /// A protected request that started at `started` took `latency`, ending
+    /// at `now`.
+    pub fn record(&mut self, latency: Duration, started: Instant, now: Instant) {
+        let secs = latency.as_secs_f64();
+        push_bounded(&mut self.recent, (now, secs));
+        let settled = self.heavy_idle_since.is_none_or(|t| started >= t + SETTLE);
+        let untouched = self.heavy_busy_since.is_none_or(|t| t < started);
+        // Busy since before it started is not quiet; neither is busy now.
+        if !self.heavy_busy && settled && untouched {
+            push_bounded(&mut self.quiet, (now, secs));
+        }
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > MAX_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        while self
+            .quiet
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > BASELINE_HORIZON)
+        {
+            self.quiet.pop_front();
+        }
+    }
+
+    /// The short-window p99 at `now` and the window it was taken over
+    /// (`(p99, samples, span)`); `None` with too few samples.
+    pub fn p99(&mut self, now: Instant) -> Option<(Duration, usize, Duration)> {
+        self.prune(now);
+        let mut taken = Vec::new();
+        let mut span = Duration::ZERO;
+        for &(t, secs) in self.recent.iter().rev() {
+            taken.push(secs);
+            span = now.saturating_duration_since(t);
+            if taken.len() >= MIN_SAMPLES && span >= MIN_WINDOW {
+                break;
+            }
+        }
+        if taken.len() < MIN_SAMPLES {
+            return None;
+        }
+        let n = taken.len();
+        Some((Duration::from_secs_f64(robust_p99(&mut taken)), n, span))
+    }
+
+    /// The baseline at `now`: renewed from the quiet samples of the
+    /// horizon when there are enough, else the last one.
+    pub fn baseline(&mut self, now: Instant) -> Option<Duration> {
+        self.prune(now);
+        if let (true, Some(&(newest, _))) =
+            (self.quiet.len() >= BASELINE_MIN_SAMPLES, self.quiet.back())
+        {
+            let mut all: Vec<f64> = self.quiet.iter().map(|s| s.1).collect();
+            self.baseline = Some((robust_p99(&mut all), newest));
+        }
+        self.baseline.map(|(b, _)| Duration::from_secs_f64(b))
+    }
+
+    pub fn view(&mut self, now: Instant) -> SignalView {
+        let p99 = self.p99(now);
+        let baseline = self.baseline(now);
+        SignalView {
+            p99_seconds: p99.map(|p| p.0.as_secs_f64()),
+            window_samples: p99.map_or(0, |p| p.1),
+            window_seconds: p99.map_or(0.0, |p| p.2.as_secs_f64()),
+            baseline_seconds: baseline.map(|b| b.as_secs_f64()),
+            baseline_age_seconds: self
+                .baseline
+                .map(|(_, t)| now.saturating_duration_since(t).as_secs_f64()),
+            quiet_samples: self.quiet.len(),
+        }
+    }
+}
+
+fn push_bounded(q: &mut VecDeque<(Instant, f64)>, sample: (Instant, f64)) {
+    if q.len() >= MAX_SAMPLES {
+        q.pop_front();
+    }
+    q.push_back(sample);
+}
+
+/// Nearest-rank p99 that never picks the single largest of `n ≥ 2`.
+fn robust_p99(samples: &mut [f64]) -> f64 {
+    let n = samples.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let rank = ((QUANTILE * n as f64).ceil() as usize)
+        .min(n.saturating_sub(1))
+        .max(1);
+    let (_, nth, _) = samples.select_nth_unstable_by(rank - 1, f64::total_cmp);
+    *nth
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Heartbeats every 50 ms (20/s) for `secs`, of `latency(i)` each.
+    fn heartbeats(
+        s: &mut Signal,
+        from: Instant,
+        secs: u64,
+        latency: impl Fn(u64) -> u64,
+    ) -> Instant {
+        let mut now = from;
+        for i in 0..secs * 20 {
+            now += ms(50);
+            let l = ms(latency(i));
+            s.record(l, now - l, now);
+        }
+        now
+    }
+
+    #[test]
+    fn the_window_is_two_seconds_of_heartbeats_and_one_outlier_is_ignored() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        // 20/s, 10..49 ms, one 900 ms pause in the last two seconds.
+        let now = heartbeats(&mut s, t0, 3, |i| if i == 50 { 900 } else { 10 + i % 40 });
+        let (p99, n, span) = s.p99(now).expect("enough samples");
+        assert_eq!((n, span), (41, ms(2000)), "2 s window: 41 samples");
+        assert_eq!(p99, ms(49), "the single outlier is not the p99");
+    }
+
+    #[test]
+    fn too_few_samples_is_no_signal() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        let mut now = t0;
+        for _ in 0..19 {
+            now += ms(100);
+            s.record(ms(5), now, now);
+        }
+        assert_eq!(s.p99(now), None);
+        now += ms(100);
+        s.record(ms(5), now, now);
+        assert_eq!(s.p99(now).map(|p| p.1), Some(20), "20 in 2 s");
+        assert_eq!(s.p99(now + Duration::from_secs(9)), None, "aged out");
+    }
+
+    #[test]
+    fn slow_heartbeats_widen_the_window() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        let mut now = t0;
+        // 4/s: 20 samples take 5 s.
+        for i in 0..40u64 {
+            now += ms(250);
+            s.record(ms(i), now, now);
+        }
+        let (p99, n, span) = s.p99(now).expect("enough");
+        assert_eq!((n, span), (20, ms(4750)));
+        assert_eq!(p99, ms(38), "of 20..39, the second largest");
+    }
+
+    #[test]
+    fn the_baseline_is_learned_only_while_the_heavy_lane_is_quiet() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        let now = heartbeats(&mut s, t0, 4, |_| 20);
+        assert_eq!(s.baseline(now), None, "80 quiet samples, not yet");
+        let now = heartbeats(&mut s, now, 1, |_| 20);
+        assert_eq!(s.baseline(now), Some(ms(20)));
+        // Heavy traffic: slow heartbeats do not move the baseline.
+        s.set_heavy_busy(true, now);
+        let now = heartbeats(&mut s, now, 30, |_| 300);
+        assert_eq!(s.baseline(now), Some(ms(20)));
+        assert_eq!(s.p99(now).map(|p| p.0), Some(ms(300)));
+        // Right after the heavy lane empties, samples still are not quiet.
+        s.set_heavy_busy(false, now);
+        let now = heartbeats(&mut s, now, 2, |_| 200);
+        assert_eq!(s.view(now).quiet_samples, 100, "settling: none added");
+        // A cluster that became slower moves the baseline within the horizon.
+        let now = heartbeats(&mut s, now, 700, |_| 35);
+        assert_eq!(s.baseline(now), Some(ms(35)));
+        let v = s.view(now);
+        assert_eq!(
+            (v.baseline_seconds, v.baseline_age_seconds),
+            (Some(0.035), Some(0.0))
+        );
+    }
+
+    #[test]
+    fn a_request_that_saw_a_heavy_one_is_not_quiet() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        s.set_heavy_busy(true, t0 + ms(10));
+        s.set_heavy_busy(false, t0 + ms(20));
+        // Started before the heavy one, ended after it left.
+        s.record(ms(100), t0, t0 + ms(100));
+        assert_eq!(s.view(t0 + ms(100)).quiet_samples, 0);
+        s.record(ms(10), t0 + ms(2020), t0 + ms(2030));
+        assert_eq!(s.view(t0 + ms(2030)).quiet_samples, 1);
+    }
+
+    proptest! {
+        /// The p99 is one of the samples of the last MAX_WINDOW, at least
+        /// as large as the window's median and never the lone maximum.
+        #[test]
+        fn the_p99_is_a_sample_of_the_window(
+            gaps in proptest::collection::vec((0u64..400, 0u64..5_000), 1..600),
+        ) {
+            let mut s = Signal::new();
+            let mut now = Instant::now();
+            let mut all: Vec<(Instant, u64)> = Vec::new();
+            for (gap, lat) in gaps {
+                now += ms(gap);
+                s.record(ms(lat), now, now);
+                all.push((now, lat));
+            }
+            let recent: Vec<u64> = all
+                .iter()
+                .filter(|(t, _)| now.saturating_duration_since(*t) <= MAX_WINDOW)
+                .map(|s| s.1)
+                .collect();
+            match s.p99(now) {
+                None => prop_assert!(recent.len() < MIN_SAMPLES),
+                Some((p, n, span)) => {
+                    prop_assert!(n >= MIN_SAMPLES && span <= MAX_WINDOW);
+                    let p = p.as_millis() as u64;
+                    prop_assert!(recent.contains(&p));
+                    let mut window: Vec<u64> = recent[recent.len() - n..].to_vec();
+                    window.sort_unstable();
+                    prop_assert!(p >= window[n / 2] && p <= window[n - 2]);
+                }
+            }
+        }
+    }
+}

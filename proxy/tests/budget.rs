@@ -1,0 +1,221 @@
+//! The adaptive budget end to end, against a fake apiserver whose health
+//! probes slow down with the LISTs it serves at once (a model of a real
+//! apiserver whose memory and garbage collector pay for what it holds):
+//!
+//! - a flood of 2 MB LISTs (charged 6 MB: consistent, read from etcd) from
+//!   six clients, with nothing set but `mode: enforce`: the budget grows
+//!   from its cold start (one LIST at a time) while the probes stay fast
+//!   until two run at once, and the LISTs the
+//!   apiserver serves at once never pass what the in-flight budget allows;
+//! - then the apiserver turns sensitive (each LIST in flight adds 80 ms to
+//!   every probe): the probes' p99 passes the 50 ms target and the budget
+//!   comes down.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tollgate::config::Mode;
+
+const LIST_BYTES: usize = 2_000_000;
+const LIST_TIME: Duration = Duration::from_millis(600);
+
+/// The fake apiserver's state.
+#[derive(Default)]
+struct Apiserver {
+    lists: AtomicUsize,
+    most_lists: AtomicUsize,
+    served: AtomicUsize,
+    /// Each LIST in flight adds 80 ms to every other request.
+    sensitive: AtomicBool,
+}
+
+async fn serve(state: Arc<Apiserver>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() == "/api/v1/pods" {
+        let now = state.lists.fetch_add(1, Ordering::SeqCst) + 1;
+        state.most_lists.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(LIST_TIME).await;
+        state.lists.fetch_sub(1, Ordering::SeqCst);
+        state.served.fetch_add(1, Ordering::SeqCst);
+        return Response::new(Full::new(Bytes::from(vec![b' '; LIST_BYTES])));
+    }
+    let lists = state.lists.load(Ordering::SeqCst) as u64;
+    let extra = if state.sensitive.load(Ordering::SeqCst) {
+        80 * lists
+    } else {
+        0
+    };
+    tokio::time::sleep(Duration::from_millis(5 + extra)).await;
+    Response::new(Full::new(Bytes::from_static(b"ok")))
+}
+
+async fn start_apiserver(state: Arc<Apiserver>, stop: CancellationToken) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = tokio::select! {
+                _ = stop.cancelled() => return,
+                a = listener.accept() => a.unwrap(),
+            };
+            let state = state.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(serve(state, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    url
+}
+
+/// `/debug/budget` as JSON.
+async fn budget(client: &HttpClient, tg: &Running) -> serde_json::Value {
+    let (status, text) = get_text(client, &tg.admin_url("/debug/budget")).await;
+    assert_eq!(status, StatusCode::OK);
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down() {
+    let stop = CancellationToken::new();
+    let state = Arc::new(Apiserver::default());
+    let url = start_apiserver(state.clone(), stop.clone()).await;
+    let mut c = config(&[&url]);
+    c.mode = Mode::Enforce;
+    // Health-check hiccups on a busy machine must not start a warm-up.
+    c.relist_guard.enabled = false;
+    c.quota.per_client.requests_per_second = 0.0;
+    let tg = start(c).await;
+    let client = h1_client();
+
+    // Health probes (exempt: a protected lane) at ~20/s, and a LIST flood.
+    let probes = {
+        let (client, url, stop) = (client.clone(), tg.url("http", "/healthz"), stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let (status, _) = get_text(&client, &url).await;
+                assert_eq!(status, StatusCode::OK);
+                tokio::time::sleep(Duration::from_millis(45)).await;
+            }
+        })
+    };
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut flood = Vec::new();
+    for _ in 0..6 {
+        let (client, url, stop) = (client.clone(), tg.url("http", "/api/v1/pods"), stop.clone());
+        let refused = refused.clone();
+        flood.push(tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let (status, _) = get_text(&client, &url).await;
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }));
+    }
+
+    // The budget as it moves, polled far faster than it can change (each
+    // level lasts at least the controller's 2 s of evidence).
+    let seen = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+    let poller = {
+        let (client, seen, stop) = (client.clone(), seen.clone(), stop.clone());
+        let admin = tg.admin_url("/debug/budget");
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let (_, text) = get_text(&client, &admin).await;
+                seen.lock()
+                    .unwrap()
+                    .push(serde_json::from_str(&text).unwrap());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let max_budget = |seen: &Mutex<Vec<serde_json::Value>>| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|b| b["inflightBytes"].as_f64().unwrap())
+            .fold(0.0, f64::max)
+    };
+
+    let cold = budget(&client, &tg).await;
+    assert_eq!(cold["mode"], "adaptive");
+    assert_eq!(cold["controller"]["phase"], "slowStart");
+    let start_inflight = cold["inflightBytes"].as_f64().unwrap();
+    // Healthy: the budget grows until the apiserver serves two LISTs at once.
+    eventually("two LISTs at once", Duration::from_secs(60), || {
+        state.most_lists.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    assert!(max_budget(&seen) > start_inflight);
+    assert_eq!(
+        cold["targetSeconds"], 0.05,
+        "no baseline yet: the 50 ms floor"
+    );
+
+    // Overloaded: each LIST in flight slows every probe by 80 ms.
+    state.sensitive.store(true, Ordering::SeqCst);
+    let peak = max_budget(&seen);
+    let mut fell = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        let b = budget(&client, &tg).await;
+        if b["controller"]["decreases"].as_u64().unwrap() >= 1
+            && b["inflightBytes"].as_f64().unwrap() < peak / 2.0
+        {
+            fell = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    let last = budget(&client, &tg).await;
+    assert!(
+        fell,
+        "the budget did not fall below half its peak {peak}: {last}"
+    );
+
+    // The LISTs the apiserver held at once never passed what the largest
+    // in-flight budget allowed (6 MB each once learned; an unlearned or
+    // oversized one alone). Without the budget, 32 heavy slots would have
+    // let all six clients in at once.
+    let most = state.most_lists.load(Ordering::SeqCst);
+    let allowed = ((max_budget(&seen) / 6e6).floor() as usize).max(1);
+    assert!(most <= allowed, "{most} LISTs at once, {allowed} allowed");
+    assert!(state.served.load(Ordering::SeqCst) >= 2);
+
+    let (_, metrics) = get_text(&client, &tg.admin_url("/metrics")).await;
+    for name in [
+        "tollgate_budget_bytes_per_second ",
+        "tollgate_budget_inflight_bytes ",
+        "tollgate_budget_signal_seconds ",
+        "tollgate_budget_target_seconds 0.05",
+    ] {
+        assert!(metrics.contains(name), "{name} missing");
+    }
+    poller.await.unwrap();
+    probes.await.unwrap();
+    for f in flood {
+        f.await.unwrap();
+    }
+    tg.stop().await;
+}
