@@ -88,7 +88,7 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # Whether this tollgate knows `quota.mode` (the adaptive budget); without it "static-default" is
 # plain --mode enforce and there is no adaptive run.
-printf 'mode: enforce\nquota:\n  mode: static\n' >"$TMP/probe.yaml"
+printf 'mode: enforce\nupstream:\n  urls: ["http://127.0.0.1:1"]\nquota:\n  mode: static\n' >"$TMP/probe.yaml"
 if "$TOLLGATE_BIN" check-config --config "$TMP/probe.yaml" >/dev/null 2>&1; then
     HAS_ADAPTIVE=1
 else
