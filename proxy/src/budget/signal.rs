@@ -15,12 +15,20 @@
 //! large cluster the window is then the newest `MAX_SAMPLES`, still
 //! seconds long.
 //!
-//! **The baseline** is the p99 of *quiet* samples: requests that started at
-//! least [`SETTLE`] after the last heavy request ended and ended before the
-//! next one started (the apiserver's memory and garbage collector stay
-//! busy for a moment after a large LIST). It is kept honest over time by a
-//! horizon: only quiet samples of the last [`BASELINE_HORIZON`] count, so a
-//! cluster that grew slower (or faster) moves its baseline within minutes.
+//! **The baseline** is the lowest p99 of *quiet* samples: requests that
+//! started at least [`SETTLE`] after the last heavy request ended and ended
+//! before the next one started (the apiserver's memory and garbage collector
+//! stay busy for a moment after a large LIST). The quiet samples are cut
+//! into runs of [`BASELINE_MIN_SAMPLES`], newest first, and the baseline is
+//! the smallest run's p99 (Envoy's minimum RTT, taken as a p99): tollgate
+//! often starts in front of an apiserver that is still digesting load sent
+//! before it (a restart in a storm, LISTs that bypassed it), and the p99 of
+//! all quiet samples then learned that load as normal — on the real
+//! apiserver a baseline of 110 ms after a direct storm, where the same
+//! apiserver at rest answers in 10 ms, let the target drift to 220 ms. It
+//! is kept honest over time by a horizon: only quiet samples of the last
+//! [`BASELINE_HORIZON`] count (and at most [`MAX_SAMPLES`]), so a cluster
+//! that grew slower (or faster) moves its baseline within minutes.
 //! Under a heavy load that never pauses no quiet sample arrives; the last
 //! baseline is then kept and reported stale (its age is in `/debug/budget`)
 //! rather than guessed from loaded samples, which would let the target
@@ -168,8 +176,13 @@ impl Signal {
         if let (true, Some(&(newest, _))) =
             (self.quiet.len() >= BASELINE_MIN_SAMPLES, self.quiet.back())
         {
-            let mut all: Vec<f64> = self.quiet.iter().map(|s| s.1).collect();
-            self.baseline = Some((robust_p99(&mut all), newest));
+            let newest_first: Vec<f64> = self.quiet.iter().rev().map(|s| s.1).collect();
+            let lowest = newest_first
+                .chunks(BASELINE_MIN_SAMPLES)
+                .filter(|run| run.len() == BASELINE_MIN_SAMPLES)
+                .map(|run| robust_p99(&mut run.to_vec()))
+                .fold(f64::INFINITY, f64::min);
+            self.baseline = Some((lowest, newest));
         }
         self.baseline.map(|(b, _)| Duration::from_secs_f64(b))
     }
@@ -302,6 +315,18 @@ mod tests {
             (v.baseline_seconds, v.baseline_age_seconds),
             (Some(0.035), Some(0.0))
         );
+    }
+
+    #[test]
+    fn a_slow_start_does_not_become_the_baseline() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        // The apiserver still digests load sent before tollgate: 110 ms,
+        // then it recovers to 10 ms; no heavy request through tollgate.
+        let now = heartbeats(&mut s, t0, 10, |_| 110);
+        assert_eq!(s.baseline(now), Some(ms(110)));
+        let now = heartbeats(&mut s, now, 10, |i| 10 + i % 3);
+        assert_eq!(s.baseline(now), Some(ms(12)), "the quietest run's p99");
     }
 
     #[test]
