@@ -13,10 +13,8 @@ mod h2_spread;
 mod hop;
 mod pool;
 
-use std::future::Future;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use http::header::HOST;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body as _;
@@ -69,17 +67,13 @@ pub struct Tunnels {
     pub upgrades: Counter,
 }
 
-/// The forward step. The headers are rewritten here, before the first
-/// poll, and the future returned holds only [`send`]'s state and what the
-/// response head needs: an `async fn` would keep the whole request (its
-/// argument) in the handler's future for the request's life, and that
-/// future is moved and copied on every request.
-pub fn forward<'a>(
-    pool: &'a UpstreamPool,
-    tunnels: &'a Tunnels,
+/// The forward step.
+pub async fn forward(
+    pool: &UpstreamPool,
+    tunnels: &Tunnels,
     mut req: Request<Incoming>,
     ctx: &RequestCtx,
-) -> impl Future<Output = Result<Forwarded, ProxyError>> + 'a {
+) -> Result<Forwarded, ProxyError> {
     let on_client_upgrade = ctx.upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers, ctx.upgrade);
@@ -98,28 +92,8 @@ pub fn forward<'a>(
     let timeout =
         (!ctx.long_running()).then(|| Duration::from_secs_f64(ctx.config.timeouts.request_seconds));
     let outbound = Request::from_parts(parts, body.boxed());
-    let rewritten = ctx.rewritten;
-    send(pool, outbound, replay, front_proxy, ctx.upgrade, timeout).map(move |sent| {
-        let (resp, outstanding) = sent?;
-        Ok(response_head(
-            tunnels,
-            resp,
-            outstanding,
-            on_client_upgrade,
-            rewritten,
-        ))
-    })
-}
-
-/// The upstream's response head: an upgrade handed to a tunnel, or the
-/// head cleaned for the client with the body streaming on.
-fn response_head(
-    tunnels: &Tunnels,
-    mut resp: Response<Incoming>,
-    outstanding: Outstanding,
-    on_client_upgrade: Option<OnUpgrade>,
-    rewritten: bool,
-) -> Forwarded {
+    let (mut resp, outstanding) =
+        send(pool, outbound, replay, front_proxy, ctx.upgrade, timeout).await?;
     if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side)) = (resp.status(), on_client_upgrade)
     {
         let upstream_side = hyper::upgrade::on(&mut resp);
@@ -127,17 +101,20 @@ fn response_head(
         let (mut parts, _) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers, true);
         let head = Response::from_parts(parts, status::full(bytes::Bytes::new()));
-        return Forwarded::Upgraded(head);
+        return Ok(Forwarded::Upgraded(head));
     }
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
-    if rewritten {
+    if ctx.rewritten {
         parts.headers.insert(
             REWRITE_HEADER,
             HeaderValue::from_static("resourceVersion=0"),
         );
     }
-    Forwarded::Stream(Response::from_parts(parts, body), outstanding)
+    Ok(Forwarded::Stream(
+        Response::from_parts(parts, body),
+        outstanding,
+    ))
 }
 
 /// Pick the least busy upstream and send; if it cannot be reached, eject
