@@ -32,13 +32,19 @@ pub async fn handle(
     let mut client = Client::of(peer.as_deref(), req.headers());
     tokenreview::review(gw.reviews(), gw.pool(), &mut client, req.headers(), started);
     // classify (and, by the relist guard's policy, maybe read from the cache)
-    let classified = match classify(req.method(), req.uri(), req.headers()) {
+    let mut classified = match classify(req.method(), req.uri(), req.headers()) {
         Ok(c) => c,
         Err(e) => return gw.observer().answered(None, ProxyError::BadRequest(e)),
     };
     let (admission, metrics) = (gw.admission(), gw.metrics());
-    let (classified, rewritten) =
-        admit::rewrite_to_cache(admission, metrics, &mut req, &client, classified, &config);
+    let rewritten = admit::rewrite_to_cache(
+        admission,
+        metrics,
+        &mut req,
+        &client,
+        &mut classified,
+        &config,
+    );
     // pattern, predict
     let key = PatternKey::new(&classified, client.identity.class());
     let predicted = gw.pattern_store().lock().predict(&key, started);

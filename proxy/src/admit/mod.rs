@@ -93,13 +93,13 @@ pub async fn admit(
     metrics: &Metrics,
     ctx: &mut RequestCtx,
 ) -> Result<(), Response<Body>> {
-    let config = ctx.config.clone();
-    let lane = ctx.lane;
-    let dry = match config.mode {
+    let dry = match ctx.config.mode {
         Mode::Off => return Ok(()),
         Mode::DryRun => true,
         Mode::Enforce => false,
     };
+    let config = ctx.config.clone();
+    let lane = ctx.lane;
     let settings = config.admission();
     let flow_by = config.quota.queue.flow_by;
     // Dry run: not simulated (nothing waits).

@@ -15,22 +15,24 @@ use crate::identity::Client;
 use crate::metrics::Metrics;
 use crate::pattern::PatternKey;
 
-/// The request as it will be served: `classified` unchanged, or rewritten
-/// and classified again (`true`) if a rule applies.
+/// The request as it will be served: `classified` unchanged (`false`), or
+/// rewritten and classified again (`true`) if a rule applies. In place, not
+/// by value: the classification is large and this runs on every request.
 pub fn rewrite_to_cache(
     admission: &Admission,
     metrics: &Metrics,
     req: &mut Request<Incoming>,
     client: &Client,
-    classified: Classified,
+    classified: &mut Classified,
     config: &Config,
-) -> (Classified, bool) {
-    match rewritten(admission, req, client, &classified, config) {
+) -> bool {
+    match rewritten(admission, req, client, classified, config) {
         Some(again) => {
             metrics.rewrites.inc();
-            (again, true)
+            *classified = again;
+            true
         }
-        None => (classified, false),
+        None => false,
     }
 }
 

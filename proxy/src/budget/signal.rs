@@ -154,17 +154,21 @@ impl Signal {
     pub fn p99(&mut self, now: Instant) -> Option<(Duration, usize, Duration)> {
         self.prune(now);
         let mut taken = Vec::new();
-        let mut span = Duration::ZERO;
+        let mut oldest = None;
+        // `now - t >= MIN_WINDOW` as `t <= now - MIN_WINDOW`: one subtraction
+        // per step, not one per sample (this walks hundreds of samples).
+        let window_start = now.checked_sub(MIN_WINDOW);
         for &(t, secs) in self.recent.iter().rev() {
             taken.push(secs);
-            span = now.saturating_duration_since(t);
-            if taken.len() >= MIN_SAMPLES && span >= MIN_WINDOW {
+            oldest = Some(t);
+            if taken.len() >= MIN_SAMPLES && window_start.is_some_and(|w| t <= w) {
                 break;
             }
         }
         if taken.len() < MIN_SAMPLES {
             return None;
         }
+        let span = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         let n = taken.len();
         Some((Duration::from_secs_f64(robust_p99(&mut taken)), n, span))
     }

@@ -52,6 +52,8 @@ struct Ending {
 
 impl Observer {
     /// The observe step: the response to send, its body counted to the end.
+    // Inlined into `handle` so the context is not copied whole to be taken apart.
+    #[inline]
     pub fn observe(self: &Arc<Self>, forwarded: Forwarded, ctx: RequestCtx) -> Response<Body> {
         let (resp, outstanding) = match forwarded {
             Forwarded::Upgraded(head) => {
