@@ -73,13 +73,7 @@ LOADGEN_BIN=$BIN_DIR/loadgen
 TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
 [[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
 
-if [[ -z "${SKIP_BUILD:-}" ]]; then
-    (cd "$ROOT" && cargo build --release --locked -p bench -p tollgate -p loadgen \
-        --bin tollgate-bench --bin tollgate --bin loadgen) >&2
-fi
-for b in "$SIM_BIN" "$TOLLGATE_BIN" "$LOADGEN_BIN"; do
-    [[ -x $b ]] || die "$b is missing: build the release binaries first"
-done
+release_binaries
 
 bench_init
 [[ -n "${KEEP_TMP:-}" ]] && log "outputs kept in $TMP"

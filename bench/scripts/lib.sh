@@ -116,3 +116,15 @@ else:
 open(path, "w").write(text)
 PY
 }
+# The release tollgate-bench, tollgate and loadgen: built unless SKIP_BUILD is set, then checked.
+# Needs ROOT, SIM_BIN, TOLLGATE_BIN and LOADGEN_BIN from the caller.
+release_binaries() {
+    if [[ -z "${SKIP_BUILD:-}" ]]; then
+        (cd "$ROOT" && cargo build --release --locked -p bench -p tollgate -p loadgen \
+            --bin tollgate-bench --bin tollgate --bin loadgen) >&2
+    fi
+    local b
+    for b in "$SIM_BIN" "$TOLLGATE_BIN" "$LOADGEN_BIN"; do
+        [[ -x $b ]] || die "$b is missing: build the release binaries first"
+    done
+}

@@ -67,13 +67,7 @@ for v in RUN_SECONDS SWEEP STORM NODES PODS POD_BYTES PATCH_RATE SIM_FLAGS; do
     [[ "${!v}" == "$(default_of "$v")" ]] || COMMAND="$v=\"${!v}\" $COMMAND"
 done
 
-if [[ -z "${SKIP_BUILD:-}" ]]; then
-    (cd "$ROOT" && cargo build --release -p bench -p tollgate -p loadgen \
-        --bin tollgate-bench --bin tollgate --bin loadgen) >&2
-fi
-for b in "$SIM_BIN" "$TOLLGATE_BIN" "$LOADGEN_BIN"; do
-    [[ -x $b ]] || die "$b is missing: build the release binaries first"
-done
+release_binaries
 
 bench_init
 [[ -n "${KEEP_TMP:-}" ]] && log "outputs kept in $TMP"
