@@ -180,11 +180,10 @@ impl Signal {
         if let (true, Some(&(newest, _))) =
             (self.quiet.len() >= BASELINE_MIN_SAMPLES, self.quiet.back())
         {
-            let newest_first: Vec<f64> = self.quiet.iter().rev().map(|s| s.1).collect();
+            let mut newest_first: Vec<f64> = self.quiet.iter().rev().map(|s| s.1).collect();
             let lowest = newest_first
-                .chunks(BASELINE_MIN_SAMPLES)
-                .filter(|run| run.len() == BASELINE_MIN_SAMPLES)
-                .map(|run| robust_p99(&mut run.to_vec()))
+                .chunks_exact_mut(BASELINE_MIN_SAMPLES)
+                .map(robust_p99)
                 .fold(f64::INFINITY, f64::min);
             self.baseline = Some((lowest, newest));
         }
