@@ -172,9 +172,6 @@ impl Default for Scraper {
     }
 }
 
-/// The value of an unlabelled sample `name` in Prometheus text (the one parser, in kubeio).
-pub use kubeio::promtext::unlabelled as sample;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,8 +180,11 @@ mod tests {
     fn reads_samples_and_addresses() {
         let text = "# HELP x\ntollgate_quota_available_bytes_total 9\n\
                     tollgate_quota_available_bytes -12.5\n";
-        assert_eq!(sample(text, "tollgate_quota_available_bytes"), Some(-12.5));
-        assert_eq!(sample(text, "missing"), None);
+        assert_eq!(
+            kubeio::promtext::unlabelled(text, "tollgate_quota_available_bytes"),
+            Some(-12.5)
+        );
+        assert_eq!(kubeio::promtext::unlabelled(text, "missing"), None);
         let line = "tollgate serving at http://127.0.0.1:5 (admin http://127.0.0.1:6)";
         assert_eq!(word_after(line, "serving at "), Some("http://127.0.0.1:5"));
         assert_eq!(word_after(line, "(admin "), Some("http://127.0.0.1:6"));

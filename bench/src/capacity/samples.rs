@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::process::{sample, Scraper};
+use crate::process::Scraper;
+use kubeio::promtext::unlabelled;
 
 /// (second of the run, value) pairs.
 pub type Samples = Vec<(f64, f64)>;
@@ -29,7 +30,7 @@ pub async fn each_second(
             () = done.cancelled() => break,
         }
         let at = t0.elapsed().as_secs_f64().floor();
-        if let Some(v) = scraper.text(&url).await.and_then(|t| sample(&t, name)) {
+        if let Some(v) = scraper.text(&url).await.and_then(|t| unlabelled(&t, name)) {
             out.push((at, v));
         }
     }

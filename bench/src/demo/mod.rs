@@ -32,7 +32,8 @@ use crate::capacity::samples::{write_csv, Samples};
 use crate::report::demo::{DemoSummary, Headline, Ratios, RunSummary, Setup, SCHEMA};
 use crate::report::loadgen::LoadgenRun;
 
-use crate::process::{self, sample, start, word_after, Scraper, Started};
+use crate::process::{self, start, word_after, Scraper, Started};
+use kubeio::promtext::unlabelled;
 
 /// What the demo is asked to do; `None` takes the default of the mode (full or `quick`), as
 /// documented on the flags of [`crate::cli::DemoArgs`].
@@ -407,7 +408,7 @@ async fn restarts(scraper: &Scraper, url: &str) -> u64 {
         if let Some(v) = scraper
             .text(url)
             .await
-            .and_then(|t| sample(&t, "tollgate_sim_restarts_total"))
+            .and_then(|t| unlabelled(&t, "tollgate_sim_restarts_total"))
         {
             return v as u64;
         }
@@ -439,7 +440,7 @@ async fn sample_loop(
         let mem = scraper
             .text(&sim)
             .await
-            .and_then(|t| sample(&t, "tollgate_sim_virtual_memory_bytes"));
+            .and_then(|t| unlabelled(&t, "tollgate_sim_virtual_memory_bytes"));
         if let Some(m) = mem {
             memory.push((at, m));
         }
@@ -447,7 +448,7 @@ async fn sample_loop(
             Some(url) => scraper
                 .text(url)
                 .await
-                .and_then(|t| sample(&t, "tollgate_quota_available_bytes")),
+                .and_then(|t| unlabelled(&t, "tollgate_quota_available_bytes")),
             None => None,
         };
         if let Some(q) = pool {
