@@ -463,7 +463,7 @@ impl Admission {
                 drop(h);
                 return self.reject(Reason::MaxWait, base, flow, s);
             }
-            h.budget.note_waited();
+            h.budget.note_waited(cost);
             let (tx, rx) = oneshot::channel();
             let mut pushed = h.queue.push(flow.to_string(), cost, Waiter { tx });
             if let Err((Refused::FlowFull, waiter)) = pushed {

@@ -16,7 +16,8 @@ fn bounds() -> Bounds {
     }
 }
 
-/// A step's observation: p99 in ms against a 50 ms target.
+/// A step's observation: p99 in ms against a 50 ms target; `waited`: a
+/// request of one byte waited (under any level: no slow-start jump).
 fn obs(p99_ms: Option<u64>, used: f64, count: usize, waited: bool) -> Observation {
     Observation {
         p99: p99_ms.map(ms),
@@ -25,13 +26,13 @@ fn obs(p99_ms: Option<u64>, used: f64, count: usize, waited: bool) -> Observatio
         inflight_peak: used,
         inflight_count: count,
         admitted: 0.0,
-        waited,
+        waiting: if waited { 1.0 } else { 0.0 },
         upstream_errors: 0,
     }
 }
 
 #[test]
-fn a_cold_start_doubles_then_a_violation_cuts_and_holds_until_drained() {
+fn a_cold_start_grows_then_a_violation_cuts_and_holds_until_drained() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
     // Level 4 MB: the in-flight budget at its 8 MB minimum (a 33 MB LIST
@@ -55,23 +56,28 @@ fn a_cold_start_doubles_then_a_violation_cuts_and_holds_until_drained() {
     );
     c.note_completion(t0 + ms(100));
     assert_eq!(c.step(&one_list, t0 + ms(3000)), Action::Increase);
-    assert_eq!((c.level(), c.rate()), (8.0 * MB, 2.0 * MB));
+    assert_eq!((c.level(), c.rate()), (6.0 * MB, 1.5 * MB));
     assert_eq!(
         c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(5000)),
-        Action::Increase,
-        "slow start: nothing in flight, so it has shown"
+        Action::HoldEvidence,
+        "nothing admitted under the new level has ended: nothing has shown"
+    );
+    c.note_completion(t0 + ms(3500));
+    assert_eq!(
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(5200)),
+        Action::Increase
     );
     assert_eq!(
         (c.level(), c.inflight(), c.rate()),
-        (16.0 * MB, 16.0 * MB, 4.0 * MB)
+        (9.0 * MB, 9.0 * MB, 2.25 * MB)
     );
-    // 100 ms against 50: cut by half (the most), from the level since the
-    // peak (33 MB) is above it.
+    // 100 ms against a 40 ms set point: cut by half (the most), from the
+    // level since the peak (33 MB) is above it.
     let over = obs(Some(100), 33.0 * MB, 1, true);
     assert_eq!(c.step(&over, t0 + ms(5500)), Action::Decrease);
     assert_eq!(
         (c.level(), c.inflight(), c.rate()),
-        (8.0 * MB, 8.0 * MB, 2.0 * MB)
+        (4.5 * MB, 8.0 * MB, 1.125 * MB)
     );
     assert_eq!(c.phase(), Phase::Steady);
     // Still 33 MB in flight: the cut has not taken effect.
@@ -86,13 +92,16 @@ fn a_cold_start_doubles_then_a_violation_cuts_and_holds_until_drained() {
         Action::Decrease,
         "a window after draining"
     );
-    // 60 ms: 50/60 = 0.83, cut at least to 0.8; used is the 33 MB peak.
-    assert_eq!(c.level(), 6.4 * MB);
+    // 60 ms against the 40 ms set point (0.8 of 50): cut to 2/3 of the
+    // level (used is the 33 MB peak, above it), 3 MB, held at the 4 MB
+    // least level.
+    assert_eq!(c.level(), 4.0 * MB);
     // Healthy again: evidence for 2 s, then ×1.125.
     let ok = obs(Some(20), 0.0, 0, true);
     assert_eq!(c.step(&ok, t0 + ms(10_000)), Action::HoldEvidence);
+    c.note_completion(t0 + ms(9500));
     assert_eq!(c.step(&ok, t0 + ms(11_000)), Action::Increase);
-    assert!((c.level() - 7.2 * MB).abs() < 1.0);
+    assert!((c.level() - 4.0 * MB * GROWTH).abs() < 1.0);
     assert_eq!(c.view(t0 + ms(11_000)).decreases, 2);
 }
 
@@ -112,8 +121,9 @@ fn holds_in_the_band_when_idle_and_without_a_signal() {
         "slow, but nothing heavy ran"
     );
     assert_eq!(
-        c.step(&obs(Some(45), 0.0, 0, true), t0 + ms(6000)),
-        Action::HoldBand
+        c.step(&obs(Some(30), 0.0, 0, true), t0 + ms(6000)),
+        Action::HoldBand,
+        "between half the target and the set point"
     );
     assert_eq!(
         c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(7000)),
@@ -125,6 +135,7 @@ fn holds_in_the_band_when_idle_and_without_a_signal() {
         Action::HoldNoSignal
     );
     assert_eq!(c.level(), l);
+    c.note_completion(t0 + ms(100));
     assert_eq!(
         c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(11_000)),
         Action::Increase
@@ -138,6 +149,7 @@ fn a_level_grown_for_old_demand_is_cut_to_what_is_used() {
     let mut now = t0;
     while c.level() < 400.0 * MB {
         now += ms(2000);
+        c.note_completion(now - ms(100));
         c.step(&obs(Some(10), 0.0, 0, true), now);
     }
     // 20 MB admitted over a step (2 MB/s over 10 s → an 8 MB level), 12 MB
@@ -156,14 +168,15 @@ fn a_level_grown_for_old_demand_is_cut_to_what_is_used() {
 fn apiserver_errors_count_as_a_violation() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
+    c.note_completion(t0 + ms(100));
     c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(2000));
-    assert_eq!(c.level(), 8.0 * MB);
+    assert_eq!(c.level(), 6.0 * MB);
     let o = Observation {
         upstream_errors: 3,
-        ..obs(Some(10), 8.0 * MB, 1, true)
+        ..obs(Some(10), 6.0 * MB, 1, true)
     };
     assert_eq!(c.step(&o, t0 + ms(2500)), Action::Decrease);
-    assert!((c.level() - 8.0 * MB / 1.5).abs() < 1.0);
+    assert!((c.level() - 6.0 * MB / 1.5).abs() < 1.0);
 }
 
 fn arb_bounds() -> impl Strategy<Value = Bounds> {
@@ -197,7 +210,7 @@ proptest! {
         b in arb_bounds(),
         b2 in arb_bounds(),
         steps in proptest::collection::vec(
-            (0u64..3000, proptest::option::of(0u64..500), 0.0f64..1e9, 0usize..5, any::<bool>(), 0u64..3, 0u8..20),
+            (0u64..3000, proptest::option::of(0u64..500), 0.0f64..1e9, 0usize..5, 0.0f64..2e9, 0u64..3, 0u8..20),
             1..300,
         ),
     ) {
@@ -206,7 +219,7 @@ proptest! {
         let mut bounds = b;
         let mut now = t0;
         within(&c, &bounds)?;
-        for (gap, p99, used, count, waited, errors, extra) in steps {
+        for (gap, p99, used, count, waiting, errors, extra) in steps {
             now += ms(gap);
             if extra == 0 {
                 bounds = b2;
@@ -217,7 +230,8 @@ proptest! {
             let o = Observation {
                 upstream_errors: errors.saturating_sub(1),
                 admitted: used / 4.0,
-                ..obs(p99, used, count, waited)
+                waiting,
+                ..obs(p99, used, count, false)
             };
             c.step(&o, now);
             within(&c, &bounds)?;
@@ -277,4 +291,79 @@ proptest! {
         }
         prop_assert!(reached, "level {} never came back to {hi}", c.level());
     }
+}
+
+#[test]
+fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    // A 33 MB LIST waits behind a 4 MB level: a level under it only slows
+    // it, so the level goes to one LIST at once.
+    let waiting = Observation {
+        waiting: 33.0 * MB,
+        ..obs(Some(10), 0.0, 0, false)
+    };
+    assert_eq!(c.step(&waiting, t0 + ms(500)), Action::Increase);
+    assert_eq!((c.level(), c.inflight()), (33.0 * MB, 33.0 * MB));
+    // Nothing admitted under it has ended: no doubling, however long the
+    // lane stays idle and healthy (up to MAX_HOLD).
+    for s in 1..20 {
+        assert_eq!(
+            c.step(&waiting, t0 + ms(500 + s * 1000)),
+            Action::HoldEvidence
+        );
+    }
+    c.note_completion(t0 + ms(600));
+    assert_eq!(c.step(&waiting, t0 + ms(21_000)), Action::Increase);
+    assert_eq!(c.level(), 49.5 * MB);
+    // After a decrease growth is proportional…
+    let over = Observation {
+        waiting: 40.0 * MB,
+        ..obs(Some(100), 66.0 * MB, 2, false)
+    };
+    assert_eq!(c.step(&over, t0 + ms(21_500)), Action::Decrease);
+    assert_eq!(c.level(), 49.5 * MB / 2.0);
+    let small = Observation {
+        waiting: 20.0 * MB,
+        ..obs(Some(10), 0.0, 0, false)
+    };
+    c.note_completion(t0 + ms(22_000));
+    assert_eq!(c.step(&small, t0 + ms(24_000)), Action::Increase);
+    assert!((c.level() - 49.5 * MB / 2.0 * GROWTH).abs() < 1.0);
+    // …but never under one waiting request (it would run alone anyway).
+    let big = Observation {
+        waiting: 200.0 * MB,
+        ..obs(Some(10), 0.0, 0, false)
+    };
+    c.note_completion(t0 + ms(24_500));
+    assert_eq!(c.step(&big, t0 + ms(26_500)), Action::Increase);
+    assert_eq!(c.level(), 200.0 * MB);
+}
+
+#[test]
+fn a_level_cut_under_one_request_steps_back_to_it_on_evidence() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let waiting = |p99| Observation {
+        waiting: 76.0 * MB,
+        ..obs(Some(p99), 76.0 * MB, 1, false)
+    };
+    assert_eq!(c.step(&waiting(10), t0 + ms(500)), Action::Increase);
+    assert_eq!(c.level(), 76.0 * MB);
+    assert_eq!(c.step(&waiting(100), t0 + ms(1000)), Action::Decrease);
+    assert_eq!(c.level(), 38.0 * MB);
+    assert_eq!(
+        c.step(&waiting(10), t0 + ms(3500)),
+        Action::HoldEvidence,
+        "no request admitted since the cut has ended"
+    );
+    c.note_completion(t0 + ms(2000));
+    assert_eq!(c.step(&waiting(30), t0 + ms(4000)), Action::HoldBand);
+    assert_eq!(
+        c.step(&waiting(10), t0 + ms(5000)),
+        Action::HoldEvidence,
+        "the band restarted the evidence"
+    );
+    assert_eq!(c.step(&waiting(10), t0 + ms(6000)), Action::Increase);
+    assert_eq!(c.level(), 76.0 * MB, "one request at a time again");
 }

@@ -56,7 +56,8 @@ pub struct HeavyBudget {
     controller: Controller,
     /// Since the last step.
     admitted: f64,
-    waited: bool,
+    /// The largest predicted cost that waited (0: none).
+    waiting: f64,
     upstream_errors: u64,
     last: Option<(Option<Duration>, Duration, Action)>,
 }
@@ -99,7 +100,7 @@ impl HeavyBudget {
             fallback: Signal::new(),
             controller,
             admitted: 0.0,
-            waited: false,
+            waiting: 0.0,
             upstream_errors: 0,
             last: None,
         };
@@ -189,9 +190,10 @@ impl HeavyBudget {
         ok
     }
 
-    /// A heavy request waited (for the in-flight budget or the pool).
-    pub fn note_waited(&mut self) {
-        self.waited = true;
+    /// A heavy request predicted at `cost` waited (for the in-flight
+    /// budget or the pool).
+    pub fn note_waited(&mut self, cost: f64) {
+        self.waiting = self.waiting.max(cost.max(f64::MIN_POSITIVE));
     }
 
     /// An admitted request that took `bytes` ended; `completed` if its
@@ -249,7 +251,7 @@ impl HeavyBudget {
             inflight_peak: window.peak,
             inflight_count: self.inflight.count(),
             admitted: std::mem::take(&mut self.admitted),
-            waited: std::mem::take(&mut self.waited) || window.blocked,
+            waiting: std::mem::take(&mut self.waiting).max(window.blocked),
             upstream_errors: std::mem::take(&mut self.upstream_errors),
         };
         let action = match self.mode {
@@ -365,14 +367,14 @@ mod tests {
             now += ms(50);
             b.record_protected(ms(10), now - ms(10), now);
         }
-        b.note_waited();
+        b.note_waited(33.0 * MB);
         let (action, limits) = b.step(now);
         assert_eq!(
             action,
             Some(Action::Increase),
-            "slow start after 2 s of evidence"
+            "a LIST waited: slow start begins at one LIST at a time"
         );
-        assert_eq!((limits.rate, limits.inflight), (2.0 * MB, 8.0 * MB));
+        assert_eq!((limits.rate, limits.inflight), (33.0 * MB / 4.0, 33.0 * MB));
         assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
         let v = b.view(now);
         assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));

@@ -25,8 +25,9 @@ pub struct InflightBudget {
     count: usize,
     /// Most bytes in flight since [`InflightBudget::take_window`].
     peak: f64,
-    /// Whether a request found no room since [`InflightBudget::take_window`].
-    blocked: bool,
+    /// The largest request that found no room since
+    /// [`InflightBudget::take_window`] (0: none).
+    blocked: f64,
 }
 
 /// What the controller learns from one window of admissions.
@@ -34,8 +35,8 @@ pub struct InflightBudget {
 pub struct InflightWindow {
     /// Most bytes in flight during the window.
     pub peak: f64,
-    /// A request had to wait for room in the budget.
-    pub blocked: bool,
+    /// The largest request that had to wait for room (0: none).
+    pub blocked: f64,
 }
 
 impl InflightBudget {
@@ -45,7 +46,7 @@ impl InflightBudget {
             used: 0.0,
             count: 0,
             peak: 0.0,
-            blocked: false,
+            blocked: 0.0,
         }
     }
 
@@ -77,7 +78,7 @@ impl InflightBudget {
     /// (the budget was what held a request back).
     pub fn try_acquire(&mut self, bytes: f64) -> bool {
         if !self.fits(bytes) {
-            self.blocked = true;
+            self.blocked = self.blocked.max(bytes);
             return false;
         }
         self.force_acquire(bytes);
@@ -110,7 +111,7 @@ impl InflightBudget {
             blocked: self.blocked,
         };
         self.peak = self.used;
-        self.blocked = false;
+        self.blocked = 0.0;
         w
     }
 }
@@ -135,14 +136,14 @@ mod tests {
             b.take_window(),
             InflightWindow {
                 peak: 100.0 * MB,
-                blocked: true
+                blocked: 1.0
             }
         );
         assert_eq!(
             b.take_window(),
             InflightWindow {
                 peak: 60.0 * MB,
-                blocked: false
+                blocked: 0.0
             },
             "a new window starts from what is in flight"
         );

@@ -137,11 +137,11 @@ impl<W> HeavyLane<W> {
                 return (out, Duration::from_secs(1));
             }
             if !self.budget.fits(cost) {
-                self.budget.note_waited();
+                self.budget.note_waited(cost);
                 return (out, Duration::from_secs(1));
             }
             if !self.pool.try_debit(cost, now) {
-                self.budget.note_waited();
+                self.budget.note_waited(cost);
                 return (out, self.pool.time_until(cost, now));
             }
             self.budget.acquire(cost, false, now);

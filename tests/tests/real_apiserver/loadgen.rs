@@ -13,13 +13,13 @@ use serde_json::Value;
 use tests::{fresh_workspace_binary, Kubectl, RealApiserver};
 
 /// How long a loadgen command may take beyond its `--duration`.
-const LOADGEN_GRACE: Duration = Duration::from_secs(60);
+pub(super) const LOADGEN_GRACE: Duration = Duration::from_secs(60);
 const NODES: u64 = 5;
 const PODS: u64 = 200;
 const NAMESPACES: u64 = 2;
 
 /// Runs loadgen to completion (killed after `timeout`); its stdout.
-fn loadgen(args: &[String], timeout: Duration, dir: &Path) -> anyhow::Result<String> {
+pub(super) fn loadgen(args: &[String], timeout: Duration, dir: &Path) -> anyhow::Result<String> {
     let binary = fresh_workspace_binary("loadgen", &["loadgen", "kubeio", "apimodel"]);
     let (out, err) = (dir.join("loadgen.stdout"), dir.join("loadgen.stderr"));
     let shown = format!("loadgen {}", args.join(" "));
@@ -54,12 +54,23 @@ fn loadgen(args: &[String], timeout: Duration, dir: &Path) -> anyhow::Result<Str
 }
 
 /// `--server` and the TLS flags for the apiserver as `who` (`ADMIN` or `USER`).
-fn target(kube: &RealApiserver, who: &str) -> anyhow::Result<Vec<String>> {
+pub(super) fn target(kube: &RealApiserver, who: &str) -> anyhow::Result<Vec<String>> {
+    target_at(kube, who, &kube.url, &kube.file("KUBE_CA_CERT")?)
+}
+
+/// The same credentials sent to `server` (e.g. tollgate in front of the apiserver), whose serving
+/// certificate `ca` signs.
+pub(super) fn target_at(
+    kube: &RealApiserver,
+    who: &str,
+    server: &str,
+    ca: &Path,
+) -> anyhow::Result<Vec<String>> {
     Ok(vec![
         "--server".into(),
-        kube.url.clone(),
+        server.to_string(),
         "--certificate-authority".into(),
-        kube.var("KUBE_CA_CERT")?.into(),
+        ca.display().to_string(),
         "--client-certificate".into(),
         kube.var(&format!("KUBE_{who}_CERT"))?.into(),
         "--client-key".into(),
@@ -117,14 +128,14 @@ fn grew(before: &Samples, after: &Samples, name: &str, labels: &[(&str, &str)]) 
 
 // === summary.json ===
 
-fn summary(out: &Path) -> anyhow::Result<Value> {
+pub(super) fn summary(out: &Path) -> anyhow::Result<Value> {
     let path = out.join("summary.json");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text)?)
 }
 
-fn op<'a>(s: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
+pub(super) fn op<'a>(s: &'a Value, name: &str) -> anyhow::Result<&'a Value> {
     s["operations"]
         .as_array()
         .and_then(|ops| ops.iter().find(|o| o["name"] == name))
@@ -135,7 +146,7 @@ fn num(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or(u64::MAX)
 }
 
-fn code(o: &Value, code: &str) -> u64 {
+pub(super) fn code(o: &Value, code: &str) -> u64 {
     o["status_codes"][code].as_u64().unwrap_or(0)
 }
 

@@ -6,6 +6,7 @@
 //! - `conformance`: the same requests against it and against `tollgate-bench sim`, compared
 //!   (the table is published in `tests/CONFORMANCE.md`).
 //! - `loadgen`: loadgen's counts checked against what the apiserver did.
+//! - `storm`: a LIST storm directly and through tollgate's default budget (runs alone).
 //!
 //! Each test starts its own apiserver (~7 s), so the tests are few and each checks much.
 
@@ -19,6 +20,7 @@ use serde_json::Value;
 mod conformance;
 mod loadgen;
 mod proxy;
+mod storm;
 
 /// `--max-time` of every curl (watches end sooner, by their `timeoutSeconds`).
 const CURL_MAX_TIME: &str = "60";
