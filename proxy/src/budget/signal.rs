@@ -8,10 +8,11 @@
 //! shortest run of newest samples that spans at least [`MIN_WINDOW`] and
 //! holds at least [`MIN_SAMPLES`], never older than [`MAX_WINDOW`]; fewer
 //! samples than that in `MAX_WINDOW` is no signal (the controller holds).
-//! The quantile is taken by nearest rank, but never the single largest
-//! sample (`rank = min(⌈0.99·n⌉, n − 1)`): with 40 samples the p99 is the
-//! second largest, so one outlier alone cannot trigger a decrease; from 100
-//! samples on it is the plain p99. At most [`MAX_SAMPLES`] are kept: on a
+//! The quantile is taken by nearest rank, but never the two largest
+//! samples (`rank = min(⌈0.99·n⌉, n − 2)`): with 40 samples the p99 is the
+//! third largest, so one pause of the apiserver, which slows two or three
+//! heartbeats at once, cannot trigger a decrease alone; from 200 samples on
+//! it is the plain p99. At most [`MAX_SAMPLES`] are kept: on a
 //! large cluster the window is then the newest `MAX_SAMPLES`, still
 //! seconds long.
 //!
@@ -220,7 +221,7 @@ fn robust_p99(samples: &mut [f64]) -> f64 {
         return 0.0;
     }
     let rank = ((QUANTILE * n as f64).ceil() as usize)
-        .min(n.saturating_sub(1))
+        .min(n.saturating_sub(2))
         .max(1);
     let (_, nth, _) = samples.select_nth_unstable_by(rank - 1, f64::total_cmp);
     *nth
