@@ -56,7 +56,8 @@ fn a_cold_start_grows_then_a_violation_cuts_and_holds_until_drained() {
     );
     c.note_completion(t0 + ms(100));
     assert_eq!(c.step(&one_list, t0 + ms(3000)), Action::Increase);
-    assert_eq!((c.level(), c.rate()), (6.0 * MB, 1.5 * MB));
+    let mut level = 4.0 * MB * SLOW_START_GROWTH;
+    assert_eq!((c.level(), c.rate()), (level, level / 4.0));
     assert_eq!(
         c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(5000)),
         Action::HoldEvidence,
@@ -67,42 +68,44 @@ fn a_cold_start_grows_then_a_violation_cuts_and_holds_until_drained() {
         c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(5200)),
         Action::Increase
     );
+    c.note_completion(t0 + ms(5300));
     assert_eq!(
-        (c.level(), c.inflight(), c.rate()),
-        (9.0 * MB, 9.0 * MB, 2.25 * MB)
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(7400)),
+        Action::Increase
     );
+    level *= SLOW_START_GROWTH * SLOW_START_GROWTH;
+    assert!((c.level() - level).abs() < 1.0);
+    assert_eq!(c.inflight(), c.level(), "over the 8 MB minimum now");
     // 100 ms against a 40 ms set point: cut by half (the most), from the
     // level since the peak (33 MB) is above it.
     let over = obs(Some(100), 33.0 * MB, 1, true);
-    assert_eq!(c.step(&over, t0 + ms(5500)), Action::Decrease);
-    assert_eq!(
-        (c.level(), c.inflight(), c.rate()),
-        (4.5 * MB, 8.0 * MB, 1.125 * MB)
-    );
+    assert_eq!(c.step(&over, t0 + ms(7500)), Action::Decrease);
+    level *= 0.5;
+    assert!((c.level() - level).abs() < 1.0);
     assert_eq!(c.phase(), Phase::Steady);
     // Still 33 MB in flight: the cut has not taken effect.
-    assert_eq!(c.step(&over, t0 + ms(6000)), Action::HoldDraining);
+    assert_eq!(c.step(&over, t0 + ms(8000)), Action::HoldDraining);
     assert_eq!(
-        c.step(&obs(Some(100), 0.0, 0, true), t0 + ms(7000)),
+        c.step(&obs(Some(100), 0.0, 0, true), t0 + ms(9000)),
         Action::HoldDraining,
         "drained just now"
     );
     assert_eq!(
-        c.step(&obs(Some(60), 0.0, 0, true), t0 + ms(9000)),
+        c.step(&obs(Some(50), 0.0, 0, true), t0 + ms(11_000)),
         Action::Decrease,
         "a window after draining"
     );
-    // 60 ms against the 40 ms set point (0.8 of 50): cut to 2/3 of the
-    // level (used is the 33 MB peak, above it), 3 MB, held at the 4 MB
-    // least level.
-    assert_eq!(c.level(), 4.0 * MB);
+    // 50 ms against the 40 ms set point: cut to 0.8 of the level, held at
+    // the 4 MB least level.
+    level = (level * 0.8).max(4.0 * MB);
+    assert!((c.level() - level).abs() < 1.0);
     // Healthy again: evidence for 2 s, then ×1.125.
     let ok = obs(Some(20), 0.0, 0, true);
-    assert_eq!(c.step(&ok, t0 + ms(10_000)), Action::HoldEvidence);
-    c.note_completion(t0 + ms(9500));
-    assert_eq!(c.step(&ok, t0 + ms(11_000)), Action::Increase);
-    assert!((c.level() - 4.0 * MB * GROWTH).abs() < 1.0);
-    assert_eq!(c.view(t0 + ms(11_000)).decreases, 2);
+    assert_eq!(c.step(&ok, t0 + ms(12_000)), Action::HoldEvidence);
+    c.note_completion(t0 + ms(11_500));
+    assert_eq!(c.step(&ok, t0 + ms(13_000)), Action::Increase);
+    assert!((c.level() - level * GROWTH).abs() < 1.0);
+    assert_eq!(c.view(t0 + ms(13_000)).decreases, 2);
 }
 
 #[test]
@@ -121,7 +124,7 @@ fn holds_in_the_band_when_idle_and_without_a_signal() {
         "slow, but nothing heavy ran"
     );
     assert_eq!(
-        c.step(&obs(Some(30), 0.0, 0, true), t0 + ms(6000)),
+        c.step(&obs(Some(35), 0.0, 0, true), t0 + ms(6000)),
         Action::HoldBand,
         "between half the target and the set point"
     );
@@ -168,15 +171,21 @@ fn a_level_grown_for_old_demand_is_cut_to_what_is_used() {
 fn apiserver_errors_count_as_a_violation() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    c.note_completion(t0 + ms(100));
-    c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(2000));
-    assert_eq!(c.level(), 6.0 * MB);
+    for s in 1..=3 {
+        c.note_completion(t0 + ms(s * 2000 - 1900));
+        assert_eq!(
+            c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(s * 2000)),
+            Action::Increase
+        );
+    }
+    let level = 4.0 * MB * SLOW_START_GROWTH.powi(3);
+    assert!((c.level() - level).abs() < 1.0);
     let o = Observation {
         upstream_errors: 3,
-        ..obs(Some(10), 6.0 * MB, 1, true)
+        ..obs(Some(10), level, 1, true)
     };
-    assert_eq!(c.step(&o, t0 + ms(2500)), Action::Decrease);
-    assert!((c.level() - 6.0 * MB / 1.5).abs() < 1.0);
+    assert_eq!(c.step(&o, t0 + ms(6500)), Action::Decrease);
+    assert!((c.level() - level / 1.5).abs() < 1.0);
 }
 
 fn arb_bounds() -> impl Strategy<Value = Bounds> {
@@ -315,21 +324,23 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
     }
     c.note_completion(t0 + ms(600));
     assert_eq!(c.step(&waiting, t0 + ms(21_000)), Action::Increase);
-    assert_eq!(c.level(), 49.5 * MB);
+    let grown = 33.0 * MB * SLOW_START_GROWTH;
+    assert_eq!(c.level(), grown);
     // After a decrease growth is proportional…
     let over = Observation {
         waiting: 40.0 * MB,
         ..obs(Some(100), 66.0 * MB, 2, false)
     };
     assert_eq!(c.step(&over, t0 + ms(21_500)), Action::Decrease);
-    assert_eq!(c.level(), 49.5 * MB / 2.0);
+    assert_eq!(c.level(), grown / 2.0);
+    assert_eq!(c.phase(), Phase::Steady, "cut above one request");
     let small = Observation {
         waiting: 20.0 * MB,
         ..obs(Some(10), 0.0, 0, false)
     };
     c.note_completion(t0 + ms(22_000));
     assert_eq!(c.step(&small, t0 + ms(24_000)), Action::Increase);
-    assert!((c.level() - 49.5 * MB / 2.0 * GROWTH).abs() < 1.0);
+    assert!((c.level() - grown / 2.0 * GROWTH).abs() < 1.0);
     // …but never under one waiting request (it would run alone anyway).
     let big = Observation {
         waiting: 200.0 * MB,
@@ -341,29 +352,55 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
 }
 
 #[test]
-fn a_level_cut_under_one_request_steps_back_to_it_on_evidence() {
+fn a_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let waiting = |p99| Observation {
+    let waiting = |p99, used| Observation {
         waiting: 76.0 * MB,
-        ..obs(Some(p99), 76.0 * MB, 1, false)
+        ..obs(Some(p99), used, 1, false)
     };
-    assert_eq!(c.step(&waiting(10), t0 + ms(500)), Action::Increase);
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(500)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB);
-    assert_eq!(c.step(&waiting(100), t0 + ms(1000)), Action::Decrease);
-    assert_eq!(c.level(), 38.0 * MB);
+    // The first LIST from a cold etcd pauses the apiserver: a cut, but it
+    // says nothing of the budget's edge.
     assert_eq!(
-        c.step(&waiting(10), t0 + ms(3500)),
+        c.step(&waiting(100, 76.0 * MB), t0 + ms(1000)),
+        Action::Decrease
+    );
+    assert_eq!(c.level(), 38.0 * MB);
+    assert_eq!(c.phase(), Phase::SlowStart);
+    assert_eq!(
+        c.step(&waiting(10, 0.0), t0 + ms(4000)),
+        Action::Increase,
+        "healthy again: one request at a time at once"
+    );
+    assert_eq!(c.level(), 76.0 * MB);
+    c.note_completion(t0 + ms(4500));
+    assert_eq!(
+        c.step(&waiting(10, 0.0), t0 + ms(6500)),
+        Action::Increase
+    );
+    assert_eq!(c.level(), 76.0 * MB * SLOW_START_GROWTH);
+    // A cut above one request ends slow start…
+    assert_eq!(
+        c.step(&waiting(200, 90.0 * MB), t0 + ms(7000)),
+        Action::Decrease
+    );
+    assert_eq!(c.phase(), Phase::Steady);
+    assert_eq!(c.level(), 45.0 * MB);
+    // …and from then on the step back to one request needs evidence.
+    assert_eq!(
+        c.step(&waiting(10, 0.0), t0 + ms(9500)),
         Action::HoldEvidence,
         "no request admitted since the cut has ended"
     );
-    c.note_completion(t0 + ms(2000));
-    assert_eq!(c.step(&waiting(30), t0 + ms(4000)), Action::HoldBand);
+    c.note_completion(t0 + ms(8000));
+    assert_eq!(c.step(&waiting(35, 0.0), t0 + ms(10_000)), Action::HoldBand);
     assert_eq!(
-        c.step(&waiting(10), t0 + ms(5000)),
+        c.step(&waiting(10, 0.0), t0 + ms(11_000)),
         Action::HoldEvidence,
         "the band restarted the evidence"
     );
-    assert_eq!(c.step(&waiting(10), t0 + ms(6000)), Action::Increase);
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(12_000)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB, "one request at a time again");
 }
