@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::heavy::BudgetView;
+use crate::budget::latencies::{latency_queue, LatencyQueue, Whose, CAPACITY};
 use crate::budget::unlearned::Start;
 use crate::enforce::decision::{Decision, Reason};
 use crate::enforce::drr::Refused;
@@ -179,6 +180,8 @@ pub struct Admission {
     /// An unlearned pattern's request ended: its waiters look again.
     unlearned_freed: Notify,
     slots: Arc<LaneSlots>,
+    /// Light requests' latencies, taken in at the next lock.
+    latencies: LatencyQueue,
     rates: ClientRates,
     log: LogLimiter,
     seq: AtomicU64,
@@ -198,8 +201,10 @@ impl Admission {
         on_guard: Box<dyn Fn(Cause) + Send + Sync>,
     ) -> Admission {
         let now = Instant::now();
+        let (latencies, drain) = latency_queue(CAPACITY);
         Admission {
-            heavy: Mutex::new(HeavyLane::new(settings, now)),
+            heavy: Mutex::new(HeavyLane::new(settings, drain, now)),
+            latencies,
             wake: Notify::new(),
             unlearned_freed: Notify::new(),
             slots: Arc::new(LaneSlots::default()),
@@ -210,9 +215,13 @@ impl Admission {
         }
     }
 
+    /// The heavy lane, with the latencies queued since the last lock
+    /// taken in before anything can change it.
     fn lock(&self) -> MutexGuard<'_, HeavyLane<Waiter>> {
         // A panic while holding the lock leaves numbers, not invariants.
-        self.heavy.lock().unwrap_or_else(|e| e.into_inner())
+        let mut h = self.heavy.lock().unwrap_or_else(|e| e.into_inner());
+        h.take_latencies();
+        h
     }
 
     /// The in-flight slots of the light lanes (and tollgate's own `self` lane).
@@ -245,16 +254,15 @@ impl Admission {
     }
 
     /// A request of a protected lane (`System`, `Exempt`) or a light
-    /// `Workload` one got its response headers after `latency`.
+    /// `Workload` one that started at `started` got its response headers
+    /// now. Queued, not locked for: the signal takes it in at the next lock.
     pub fn record_latency(&self, lane: Lane, started: Instant) {
-        let now = Instant::now();
-        let latency = now.saturating_duration_since(started);
-        let mut h = self.lock();
-        match lane {
-            Lane::System | Lane::Exempt => h.budget.record_protected(latency, started, now),
-            Lane::Workload => h.budget.record_workload(latency, started, now),
-            Lane::Heavy | Lane::SelfLane => {}
-        }
+        let whose = match lane {
+            Lane::System | Lane::Exempt => Whose::Protected,
+            Lane::Workload => Whose::Workload,
+            Lane::Heavy | Lane::SelfLane => return,
+        };
+        self.latencies.record(whose, started, Instant::now());
     }
 
     /// The apiserver answered 429 or 5xx: the controller counts it.
@@ -269,6 +277,7 @@ impl Admission {
         h.refresh(s, now);
         let mut v = h.budget.view(now);
         v.unlearned_inflight = h.unlearned.len();
+        v.dropped_samples = h.latencies.dropped();
         v
     }
 

@@ -155,7 +155,7 @@ impl Signal {
             self.quiet_total += 1;
             let n = BASELINE_MIN_SAMPLES;
             // A run is complete if all of it is still here (none aged out).
-            if self.quiet_total % n as u64 == 0 && self.quiet.len() >= n {
+            if self.quiet_total.is_multiple_of(n as u64) && self.quiet.len() >= n {
                 self.scratch.clear();
                 let from = self.quiet.len() - n;
                 self.scratch.extend(self.quiet.range(from..).map(|s| s.1));
