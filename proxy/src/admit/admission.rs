@@ -48,7 +48,9 @@ pub enum Hold {
     #[default]
     Nothing,
     Slot(LaneSlot),
-    Heavy(HeavyTicket),
+    /// Boxed: every request's context holds a `Hold` across its awaits,
+    /// and only heavy ones need the ticket's hundred bytes.
+    Heavy(Box<HeavyTicket>),
 }
 
 impl Hold {
@@ -56,7 +58,7 @@ impl Hold {
     /// `complete` if the response was sent whole.
     pub fn settle(self, actual: f64, complete: bool) {
         if let Hold::Heavy(t) = self {
-            t.settle(actual, complete);
+            (*t).settle(actual, complete);
         }
     }
 
@@ -444,7 +446,7 @@ impl Admission {
         }
         let now = Instant::now();
         let max_wait = Duration::from_secs_f64(s.quota.max_wait_seconds);
-        let ticket = |admission: &Arc<Admission>| HeavyTicket::new(admission, cost);
+        let ticket = |admission: &Arc<Admission>| Box::new(HeavyTicket::new(admission, cost));
         let rx = {
             let mut h = self.lock();
             h.refresh(s, now);
@@ -496,7 +498,7 @@ impl Admission {
             Ok(Ok(t)) => Verdict {
                 decision: Decision::Queue,
                 waited: now.elapsed(),
-                ..Verdict::admit(Reason::Pool, Hold::Heavy(t))
+                ..Verdict::admit(Reason::Pool, Hold::Heavy(Box::new(t)))
             },
             // Timed out (the waiter leaves; the dispatcher skips it), or the
             // dispatcher went away (shutdown).
