@@ -21,6 +21,8 @@
 #   BIG_CONNS=2      wrk connections for the 200 MB downloads
 #   MODE=off         tollgate's --mode (issue 3 measures forwarding without enforcement)
 #   RESULTS=path     where to write the results (default bench/RESULTS.md; "-" prints only)
+#   TOLLGATE_BEFORE=path  another tollgate binary (an earlier build) run as a fourth proxy,
+#                    "tollgate-before", with the same configuration: before/after ratios in one run
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -104,14 +106,22 @@ upstream:
   healthCheck: {enabled: true, path: /small.json, intervalSeconds: 5, timeoutSeconds: 2}
   metricsScrape: {enabled: false}
 EOF
-RUST_LOG=info "$TOLLGATE" --mode "$MODE" --config "$TMP/tollgate.yaml" --listen 127.0.0.1:0 \
-    --admin-listen 127.0.0.1:0 --upstream "$UPSTREAM" >"$TMP/tollgate.out" 2>"$TMP/tollgate.err" &
-PIDS+=($!)
-PID[tollgate]=${PIDS[-1]}
-URL[tollgate]=$(wait_line "$TMP/tollgate.out" "tollgate serving at " "${PID[tollgate]}" tollgate)
+start_tollgate() { # start_tollgate NAME BINARY
+    RUST_LOG=info "$2" --mode "$MODE" --config "$TMP/tollgate.yaml" --listen 127.0.0.1:0 \
+        --admin-listen 127.0.0.1:0 --upstream "$UPSTREAM" >"$TMP/$1.out" 2>"$TMP/$1.err" &
+    PIDS+=($!)
+    PID[$1]=${PIDS[-1]}
+    URL[$1]=$(wait_line "$TMP/$1.out" "tollgate serving at " "${PID[$1]}" "$1")
+}
+start_tollgate tollgate "$TOLLGATE"
 TOLLGATE_ADMIN=$(grep -o '(admin http://[^)]*' "$TMP/tollgate.out" | sed 's/(admin //')
 
 PROXIES=(minproxy tollgate nginx)
+if [[ -n "${TOLLGATE_BEFORE:-}" ]]; then
+    [[ -x "$TOLLGATE_BEFORE" ]] || die "TOLLGATE_BEFORE=$TOLLGATE_BEFORE is not an executable"
+    start_tollgate tollgate-before "$TOLLGATE_BEFORE"
+    PROXIES=(minproxy tollgate-before tollgate nginx)
+fi
 for p in "${PROXIES[@]}"; do
     wait_http "${URL[$p]}/small.json" "${PID[$p]}" "$p"
     got=$(curl -s "${URL[$p]}/small.json" | md5sum)
@@ -172,16 +182,30 @@ us_per_req() { awk -v t="${T[$1.small]}" -v n="${N[$1.small]}" -v hz="$CLK_TCK" 
 s_per_gb() { awk -v t="${T[$1.big]}" -v b="${B[$1.big]}" -v hz="$CLK_TCK" 'BEGIN {printf "%.3f", t / hz / (b / 1e9)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 # tollgate/minproxy of each round (CPU per request or per byte): the spread of the ratio.
-round_ratios() { # round_ratios small|big
-    local r out=""
+round_ratios() { # round_ratios small|big [PROXY [PEER]]
+    local r out="" a=${2:-tollgate} b=${3:-minproxy}
     for r in $(seq "$ROUNDS"); do
-        out="$out $(awk -v ta="${RT[tollgate.$1.$r]}" -v da="${RD[tollgate.$1.$r]}" \
-            -v tb="${RT[minproxy.$1.$r]}" -v db="${RD[minproxy.$1.$r]}" \
+        out="$out $(awk -v ta="${RT[$a.$1.$r]}" -v da="${RD[$a.$1.$r]}" \
+            -v tb="${RT[$b.$1.$r]}" -v db="${RD[$b.$1.$r]}" \
             'BEGIN {printf "%.2f", (ta / da) / (tb / db)}')"
     done
     echo "${out# }"
 }
 verdict() { awk -v r="$1" -v t="$2" 'BEGIN {print (r <= t ? "meets" : "misses")}'; }
+
+# The tollgate-before row and its ratios, when there is one (each line ends in a newline).
+row() {
+    [[ -n "${N[$1.small]:-}" ]] || return 0
+    printf '| %s | %s µs | %s |%s | %s s | %s |\n' "$1" "$(us_per_req "$1")" "${N[$1.small]}" \
+        "${P99[$1]}" "$(s_per_gb "$1")" "$(awk -v b="${B[$1.big]}" 'BEGIN {printf "%.1f", b / 1e9}')"
+}
+before_ratios() {
+    [[ -n "${N[tollgate-before.small]:-}" ]] || return 0
+    printf -- '- tollgate / tollgate-before (%s): **%s×** per small GET (per round: %s), **%s×** per GB (per round: %s).\n' \
+        "$TOLLGATE_BEFORE" \
+        "$(ratio "$(us_per_req tollgate)" "$(us_per_req tollgate-before)")" "$(round_ratios small tollgate tollgate-before)" \
+        "$(ratio "$(s_per_gb tollgate)" "$(s_per_gb tollgate-before)")" "$(round_ratios big tollgate tollgate-before)"
+}
 
 SMALL_RATIO=$(ratio "$(us_per_req tollgate)" "$(us_per_req minproxy)")
 BIG_RATIO=$(ratio "$(s_per_gb tollgate)" "$(s_per_gb minproxy)")
@@ -207,12 +231,12 @@ the requests (small) or the bytes (GB = 10^9 B) wrk received.
 | proxy | CPU per small GET | small GETs | p99 per round (wrk) | CPU per GB streamed | GB streamed |
 |---|---|---|---|---|---|
 | minproxy | $(us_per_req minproxy) µs | ${N[minproxy.small]} |${P99[minproxy]} | $(s_per_gb minproxy) s | $(awk -v b="${B[minproxy.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
-| tollgate | $(us_per_req tollgate) µs | ${N[tollgate.small]} |${P99[tollgate]} | $(s_per_gb tollgate) s | $(awk -v b="${B[tollgate.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
+$(row tollgate-before)| tollgate | $(us_per_req tollgate) µs | ${N[tollgate.small]} |${P99[tollgate]} | $(s_per_gb tollgate) s | $(awk -v b="${B[tollgate.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
 | nginx | $(us_per_req nginx) µs | ${N[nginx.small]} |${P99[nginx]} | $(s_per_gb nginx) s | $(awk -v b="${B[nginx.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
 
 - tollgate / minproxy per small GET: **$SMALL_RATIO×** (target ≤ $SMALL_TARGET×: $(verdict "$SMALL_RATIO" "$SMALL_TARGET")); per round: $(round_ratios small).
 - tollgate / minproxy per GB streamed: **$BIG_RATIO×** (target ≤ $BIG_TARGET×: $(verdict "$BIG_RATIO" "$BIG_TARGET")); per round: $(round_ratios big).
-- nginx / minproxy: $NGX_SMALL_RATIO× per small GET, $NGX_BIG_RATIO× per GB.
+$(before_ratios)- nginx / minproxy: $NGX_SMALL_RATIO× per small GET, $NGX_BIG_RATIO× per GB.
 - tollgate observed $PATTERNS requests in \`/debug/patterns\` counts; its peak RSS (VmHWM) was $((RSS_KB / 1024)) MiB.
 - Latency and requests/s are not compared: the load average above says how little the 2 cores
   were ours. The p99 added at half of tollgate's maximum rate is measured open-loop by

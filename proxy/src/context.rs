@@ -3,12 +3,19 @@
 //! admission (identity, classification, pattern, prediction, lane), admit
 //! adds what the request holds, forward reads it, and observe moves the
 //! part it needs into the response body's end-of-stream callback.
+//!
+//! It is held across the admit and forward awaits, inside every request's
+//! future: so it keeps of the classification only the few facts later
+//! steps read ([`RequestKind`]), and what only heavy requests need is
+//! boxed ([`Hold`]).
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use crate::admit::Hold;
+use apimodel::Verb;
+
 use crate::classify::Classified;
 use crate::config::Config;
 use crate::enforce::Lane;
@@ -25,8 +32,8 @@ pub struct RequestCtx {
     pub config: Arc<Config>,
     /// Who sent it.
     pub client: Client,
-    /// What it asks for.
-    pub classified: Classified,
+    /// What kind of request it is.
+    pub kind: RequestKind,
     /// The relist guard's policy rewrote it to `resourceVersion=0`.
     pub rewritten: bool,
     /// An HTTP/1.1 upgrade (exec, attach, port-forward).
@@ -42,10 +49,35 @@ pub struct RequestCtx {
     pub hold: Hold,
 }
 
-impl RequestCtx {
+/// What the steps after admission read of the classification.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestKind {
+    pub verb: Verb,
     /// A watch, exec, attach, port-forward…: its response runs as long as
     /// the client wants (no request timeout, no duration observed).
+    pub long_running: bool,
+    /// A LIST of everything in its scope, in one response
+    /// ([`Classified::is_full_list`]).
+    pub full_list: bool,
+    /// A watch-list that streams its initial state, then a bookmark.
+    pub streams_initial_events: bool,
+}
+
+impl RequestKind {
+    pub fn of(c: &Classified) -> RequestKind {
+        RequestKind {
+            verb: c.info.verb,
+            long_running: c.info.is_long_running(),
+            full_list: c.is_full_list(),
+            streams_initial_events: c.watch_list
+                && c.info.options.send_initial_events == Some(true),
+        }
+    }
+}
+
+impl RequestCtx {
+    /// See [`RequestKind::long_running`].
     pub fn long_running(&self) -> bool {
-        self.classified.info.is_long_running()
+        self.kind.long_running
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::admit::{self, with_lane};
 use crate::classify::classify;
-use crate::context::RequestCtx;
+use crate::context::{RequestCtx, RequestKind};
 use crate::forward;
 use crate::gateway::Gateway;
 use crate::identity::{Client, PeerCertificate};
@@ -53,14 +53,16 @@ pub async fn handle(
         lane: admit::lane(&config, &client, &classified, &key, &predicted),
         hold: admit::Hold::Nothing,
         upgrade: forward::is_upgrade(req.headers()),
+        kind: RequestKind::of(&classified),
         started,
         config,
         client,
-        classified,
         rewritten,
         key,
         predicted,
     };
+    // Not held across the awaits (the future would carry it): `ctx.kind` has what is left to read.
+    drop(classified);
     // admit, queue or reject (429)
     let patterns = gw.pattern_store();
     if let Err(too_many) = admit::admit(admission, patterns, metrics, &mut ctx).await {
@@ -71,11 +73,35 @@ pub async fn handle(
         Ok(f) => f,
         // An unsettled hold refunds its debit: the upstream did no work.
         Err(e) => {
-            let resp = gw.observer().answered(Some(ctx.classified.info.verb), e);
+            let resp = gw.observer().answered(Some(ctx.kind.verb), e);
             return with_lane(resp, ctx.lane);
         }
     };
     admit::on_response_start(admission, &mut ctx, forwarded.status());
     // observe, once the body ends
     gw.observer().observe(forwarded, ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size of the future `f` returns, without making one.
+    fn future_size<'a, F, Fut>(_: F) -> usize
+    where
+        F: FnOnce(&'a Gateway, Request<Incoming>, Option<Arc<PeerCertificate>>) -> Fut,
+    {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// Every request's future is allocated whole and holds the context
+    /// across its awaits: what only some requests need stays out of it
+    /// (boxed or dropped before the awaits).
+    #[test]
+    fn the_request_future_stays_small() {
+        let ctx = std::mem::size_of::<RequestCtx>();
+        assert!(ctx <= 256, "RequestCtx is {ctx} bytes");
+        let handle = future_size(handle);
+        assert!(handle <= 4096, "handle's future is {handle} bytes");
+    }
 }

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::heavy::BudgetView;
+use crate::budget::latencies::{latency_queue, LatencyQueue, Whose, CAPACITY};
 use crate::budget::unlearned::Start;
 use crate::enforce::decision::{Decision, Reason};
 use crate::enforce::drr::Refused;
@@ -47,7 +48,9 @@ pub enum Hold {
     #[default]
     Nothing,
     Slot(LaneSlot),
-    Heavy(HeavyTicket),
+    /// Boxed: every request's context holds a `Hold` across its awaits,
+    /// and only heavy ones need the ticket's hundred bytes.
+    Heavy(Box<HeavyTicket>),
 }
 
 impl Hold {
@@ -55,7 +58,7 @@ impl Hold {
     /// `complete` if the response was sent whole.
     pub fn settle(self, actual: f64, complete: bool) {
         if let Hold::Heavy(t) = self {
-            t.settle(actual, complete);
+            (*t).settle(actual, complete);
         }
     }
 
@@ -179,6 +182,8 @@ pub struct Admission {
     /// An unlearned pattern's request ended: its waiters look again.
     unlearned_freed: Notify,
     slots: Arc<LaneSlots>,
+    /// Light requests' latencies, taken in at the next lock.
+    latencies: LatencyQueue,
     rates: ClientRates,
     log: LogLimiter,
     seq: AtomicU64,
@@ -198,8 +203,10 @@ impl Admission {
         on_guard: Box<dyn Fn(Cause) + Send + Sync>,
     ) -> Admission {
         let now = Instant::now();
+        let (latencies, drain) = latency_queue(CAPACITY);
         Admission {
-            heavy: Mutex::new(HeavyLane::new(settings, now)),
+            heavy: Mutex::new(HeavyLane::new(settings, drain, now)),
+            latencies,
             wake: Notify::new(),
             unlearned_freed: Notify::new(),
             slots: Arc::new(LaneSlots::default()),
@@ -210,9 +217,13 @@ impl Admission {
         }
     }
 
+    /// The heavy lane, with the latencies queued since the last lock
+    /// taken in before anything can change it.
     fn lock(&self) -> MutexGuard<'_, HeavyLane<Waiter>> {
         // A panic while holding the lock leaves numbers, not invariants.
-        self.heavy.lock().unwrap_or_else(|e| e.into_inner())
+        let mut h = self.heavy.lock().unwrap_or_else(|e| e.into_inner());
+        h.take_latencies();
+        h
     }
 
     /// The in-flight slots of the light lanes (and tollgate's own `self` lane).
@@ -245,16 +256,15 @@ impl Admission {
     }
 
     /// A request of a protected lane (`System`, `Exempt`) or a light
-    /// `Workload` one got its response headers after `latency`.
+    /// `Workload` one that started at `started` got its response headers
+    /// now. Queued, not locked for: the signal takes it in at the next lock.
     pub fn record_latency(&self, lane: Lane, started: Instant) {
-        let now = Instant::now();
-        let latency = now.saturating_duration_since(started);
-        let mut h = self.lock();
-        match lane {
-            Lane::System | Lane::Exempt => h.budget.record_protected(latency, started, now),
-            Lane::Workload => h.budget.record_workload(latency, started, now),
-            Lane::Heavy | Lane::SelfLane => {}
-        }
+        let whose = match lane {
+            Lane::System | Lane::Exempt => Whose::Protected,
+            Lane::Workload => Whose::Workload,
+            Lane::Heavy | Lane::SelfLane => return,
+        };
+        self.latencies.record(whose, started, Instant::now());
     }
 
     /// The apiserver answered 429 or 5xx: the controller counts it.
@@ -269,6 +279,7 @@ impl Admission {
         h.refresh(s, now);
         let mut v = h.budget.view(now);
         v.unlearned_inflight = h.unlearned.len();
+        v.dropped_samples = h.latencies.dropped();
         v
     }
 
@@ -435,7 +446,7 @@ impl Admission {
         }
         let now = Instant::now();
         let max_wait = Duration::from_secs_f64(s.quota.max_wait_seconds);
-        let ticket = |admission: &Arc<Admission>| HeavyTicket::new(admission, cost);
+        let ticket = |admission: &Arc<Admission>| Box::new(HeavyTicket::new(admission, cost));
         let rx = {
             let mut h = self.lock();
             h.refresh(s, now);
@@ -487,7 +498,7 @@ impl Admission {
             Ok(Ok(t)) => Verdict {
                 decision: Decision::Queue,
                 waited: now.elapsed(),
-                ..Verdict::admit(Reason::Pool, Hold::Heavy(t))
+                ..Verdict::admit(Reason::Pool, Hold::Heavy(Box::new(t)))
             },
             // Timed out (the waiter leaves; the dispatcher skips it), or the
             // dispatcher went away (shutdown).

@@ -219,7 +219,7 @@ fn refuse(
     metrics
         .requests
         .get_or_create(&VerbCode {
-            verb: ctx.classified.info.verb.as_str(),
+            verb: ctx.kind.verb.as_str(),
             code: StatusCode::TOO_MANY_REQUESTS.as_u16(),
         })
         .inc();

@@ -77,6 +77,9 @@ pub struct BudgetView {
     pub inflight_requests: usize,
     /// Unlearned heavy-looking patterns with their one request in flight.
     pub unlearned_inflight: usize,
+    /// Latency samples dropped so far: more than
+    /// [`super::latencies::CAPACITY`] waited between two steps.
+    pub dropped_samples: u64,
     pub target_seconds: f64,
     /// `protected` or `workload`: whose latency steers the budget now.
     pub signal_source: &'static str,
@@ -293,6 +296,7 @@ impl HeavyBudget {
             inflight_used_bytes: self.inflight.used(),
             inflight_requests: self.inflight.count(),
             unlearned_inflight: 0,
+            dropped_samples: 0,
             target_seconds: target.as_secs_f64(),
             signal_source: source,
             signal: self.signal.view(now),

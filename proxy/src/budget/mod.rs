@@ -5,6 +5,8 @@
 //!   it has a completed response.
 //! - [`signal`]: the protected lanes' short-window p99 and the baseline
 //!   learned while no heavy request is in flight.
+//! - [`latencies`]: the bounded queue the light requests' latencies wait
+//!   in, without a lock, until admission hands them to the signal.
 //! - [`adaptive`]: the controller that moves the rate and the in-flight
 //!   budget toward the largest values that keep the signal within target.
 //! - [`heavy`]: the three above together as admission holds them, with
@@ -14,6 +16,7 @@
 pub mod adaptive;
 pub mod heavy;
 pub mod inflight;
+pub mod latencies;
 pub mod settings;
 pub mod signal;
 pub mod unlearned;

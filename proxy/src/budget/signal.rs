@@ -20,16 +20,19 @@
 //! started at least [`SETTLE`] after the last heavy request ended and ended
 //! before the next one started (the apiserver's memory and garbage collector
 //! stay busy for a moment after a large LIST). The quiet samples are cut
-//! into runs of [`BASELINE_MIN_SAMPLES`], newest first, and the baseline is
-//! the smallest run's p99 (Envoy's minimum RTT, taken as a p99): tollgate
+//! into runs of [`BASELINE_MIN_SAMPLES`] in the order they arrive, and the
+//! baseline is the smallest complete run's p99 (Envoy's minimum RTT, taken
+//! as a p99); a run's p99 is taken once, when its last sample arrives, so a
+//! controller step only compares the runs' p99s: tollgate
 //! often starts in front of an apiserver that is still digesting load sent
 //! before it (a restart in a storm, LISTs that bypassed it), and the p99 of
 //! all quiet samples then learned that load as normal — on the real
 //! apiserver a baseline of 110 ms after a direct storm, where the same
 //! apiserver at rest answers in 10 ms, let the target drift to 220 ms. It
-//! is kept honest over time by a horizon: only quiet samples of the last
-//! [`BASELINE_HORIZON`] count (and at most [`MAX_SAMPLES`]), so a cluster
-//! that grew slower (or faster) moves its baseline within minutes.
+//! is kept honest over time by a horizon: only runs whose samples all lie
+//! within the last [`BASELINE_HORIZON`] count (and within the newest
+//! [`MAX_SAMPLES`]), so a cluster that grew slower (or faster) moves its
+//! baseline within minutes.
 //! Under a heavy load that never pauses no quiet sample arrives; the last
 //! baseline is then kept and reported stale (its age is in `/debug/budget`)
 //! rather than guessed from loaded samples, which would let the target
@@ -65,6 +68,12 @@ pub struct Signal {
     /// `(ended at, seconds)`, oldest first.
     recent: VecDeque<(Instant, f64)>,
     quiet: VecDeque<(Instant, f64)>,
+    /// Quiet samples recorded so far; `quiet` holds the newest of them.
+    quiet_total: u64,
+    /// The complete runs of quiet samples still in `quiet`, oldest first.
+    runs: VecDeque<Run>,
+    /// Reused by each quantile, so a controller step allocates nothing.
+    scratch: Vec<f64>,
     heavy_busy: bool,
     /// When the heavy lane last became empty.
     heavy_idle_since: Option<Instant>,
@@ -72,6 +81,17 @@ pub struct Signal {
     heavy_busy_since: Option<Instant>,
     /// The last baseline and when its newest quiet sample ended.
     baseline: Option<(f64, Instant)>,
+}
+
+/// A run of [`BASELINE_MIN_SAMPLES`] quiet samples, its p99 taken when
+/// its last sample arrived.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    /// The number (in `quiet_total`'s count) of its first sample.
+    first: u64,
+    /// When its newest sample ended.
+    newest: Instant,
+    p99: f64,
 }
 
 /// The signal as `/debug/budget` shows it.
@@ -101,6 +121,9 @@ impl Signal {
         Signal {
             recent: VecDeque::new(),
             quiet: VecDeque::new(),
+            quiet_total: 0,
+            runs: VecDeque::new(),
+            scratch: Vec::new(),
             heavy_busy: false,
             heavy_idle_since: None,
             heavy_busy_since: None,
@@ -130,6 +153,28 @@ impl Signal {
         // Busy since before it started is not quiet; neither is busy now.
         if !self.heavy_busy && settled && untouched {
             push_bounded(&mut self.quiet, (now, secs));
+            self.quiet_total += 1;
+            let n = BASELINE_MIN_SAMPLES;
+            // A run is complete if all of it is still here (none aged out).
+            if self.quiet_total.is_multiple_of(n as u64) && self.quiet.len() >= n {
+                self.scratch.clear();
+                let from = self.quiet.len() - n;
+                self.scratch.extend(self.quiet.range(from..).map(|s| s.1));
+                self.runs.push_back(Run {
+                    first: self.quiet_total - n as u64,
+                    newest: now,
+                    p99: robust_p99(&mut self.scratch),
+                });
+            }
+            self.prune_runs();
+        }
+    }
+
+    /// Runs with a sample no longer in `quiet` no longer count.
+    fn prune_runs(&mut self) {
+        let oldest_kept = self.quiet_total - self.quiet.len() as u64;
+        while self.runs.front().is_some_and(|r| r.first < oldest_kept) {
+            self.runs.pop_front();
         }
     }
 
@@ -148,13 +193,15 @@ impl Signal {
         {
             self.quiet.pop_front();
         }
+        self.prune_runs();
     }
 
     /// The short-window p99 at `now` and the window it was taken over
     /// (`(p99, samples, span)`); `None` with too few samples.
     pub fn p99(&mut self, now: Instant) -> Option<(Duration, usize, Duration)> {
         self.prune(now);
-        let mut taken = Vec::new();
+        let taken = &mut self.scratch;
+        taken.clear();
         let mut oldest = None;
         // `now - t >= MIN_WINDOW` as `t <= now - MIN_WINDOW`: one subtraction
         // per step, not one per sample (this walks hundreds of samples).
@@ -171,20 +218,18 @@ impl Signal {
         }
         let span = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         let n = taken.len();
-        Some((Duration::from_secs_f64(robust_p99(&mut taken)), n, span))
+        Some((Duration::from_secs_f64(robust_p99(taken)), n, span))
     }
 
-    /// The baseline at `now`: renewed from the quiet samples of the
-    /// horizon when there are enough, else the last one.
+    /// The baseline at `now`: renewed from the complete runs of quiet
+    /// samples of the horizon when there is one, else the last one.
     pub fn baseline(&mut self, now: Instant) -> Option<Duration> {
         self.prune(now);
-        if let (true, Some(&(newest, _))) =
-            (self.quiet.len() >= BASELINE_MIN_SAMPLES, self.quiet.back())
-        {
-            let mut newest_first: Vec<f64> = self.quiet.iter().rev().map(|s| s.1).collect();
-            let lowest = newest_first
-                .chunks_exact_mut(BASELINE_MIN_SAMPLES)
-                .map(robust_p99)
+        if let Some(newest) = self.runs.back().map(|r| r.newest) {
+            let lowest = self
+                .runs
+                .iter()
+                .map(|r| r.p99)
                 .fold(f64::INFINITY, f64::min);
             self.baseline = Some((lowest, newest));
         }
@@ -334,6 +379,41 @@ mod tests {
     }
 
     #[test]
+    fn a_run_counts_once_complete_and_until_a_sample_of_it_ages_out() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        let now = heartbeats(&mut s, t0, 5, |_| 20);
+        assert_eq!(s.baseline(now), Some(ms(20)));
+        // 99 faster ones: their run is not complete yet.
+        let (fast, mut now) = (ms(5), now);
+        for _ in 0..99 {
+            now += ms(50);
+            s.record(fast, now - fast, now);
+        }
+        let v = s.view(now);
+        assert_eq!((v.baseline_seconds, v.quiet_samples), (Some(0.02), 199));
+        now += ms(50);
+        s.record(fast, now - fast, now);
+        assert_eq!(s.baseline(now), Some(fast), "the 200th sample completes it");
+        let now = heartbeats(&mut s, now, 5, |_| 40);
+        // The fast run counts while all of it is within the horizon…
+        let fast_first = t0 + ms(5050);
+        assert_eq!(s.baseline(fast_first + BASELINE_HORIZON), Some(fast));
+        // …and not once its first sample left it.
+        let later = fast_first + BASELINE_HORIZON + ms(1);
+        assert_eq!(s.baseline(later), Some(ms(40)));
+        assert_eq!(s.view(later).quiet_samples, 199);
+        // Every run aged out: the last baseline is kept, its age grows.
+        let much_later = now + BASELINE_HORIZON + ms(1);
+        let v = s.view(much_later);
+        assert_eq!((v.baseline_seconds, v.quiet_samples), (Some(0.04), 0));
+        assert_eq!(
+            v.baseline_age_seconds,
+            Some((BASELINE_HORIZON + ms(1)).as_secs_f64())
+        );
+    }
+
+    #[test]
     fn a_request_that_saw_a_heavy_one_is_not_quiet() {
         let mut s = Signal::new();
         let t0 = Instant::now();
@@ -347,6 +427,48 @@ mod tests {
     }
 
     proptest! {
+        /// The baseline is the lowest p99 of the complete runs of 100 quiet
+        /// samples, counted from the first, that lie within the horizon
+        /// and the newest MAX_SAMPLES: as if taken from scratch each time.
+        #[test]
+        fn the_baseline_is_the_lowest_complete_run(
+            gaps in proptest::collection::vec((0u64..2_000, 0u64..500), 1..1_200),
+            at in proptest::collection::vec(0usize..1_200, 1..8),
+        ) {
+            let mut s = Signal::new();
+            let mut now = Instant::now();
+            let mut all: Vec<(Instant, u64)> = Vec::new();
+            let mut expected = None;
+            for (i, (gap, lat)) in gaps.into_iter().enumerate() {
+                now += ms(gap);
+                s.record(ms(lat), now, now);
+                all.push((now, lat));
+                if !at.contains(&i) {
+                    continue;
+                }
+                let oldest_kept = all
+                    .iter()
+                    .position(|(t, _)| now.saturating_duration_since(*t) <= BASELINE_HORIZON)
+                    .unwrap_or(all.len())
+                    .max(all.len().saturating_sub(MAX_SAMPLES));
+                let lowest = all
+                    .chunks_exact(BASELINE_MIN_SAMPLES)
+                    .enumerate()
+                    .filter(|(k, _)| k * BASELINE_MIN_SAMPLES >= oldest_kept)
+                    .map(|(_, run)| {
+                        let mut v: Vec<u64> = run.iter().map(|s| s.1).collect();
+                        v.sort_unstable();
+                        v[BASELINE_MIN_SAMPLES - 2]
+                    })
+                    .min();
+                if lowest.is_some() {
+                    expected = lowest;
+                }
+                prop_assert_eq!(s.baseline(now), expected.map(ms));
+            }
+        }
+
+
         /// The p99 is one of the samples of the last MAX_WINDOW, at least
         /// as large as the window's median and never the lone maximum.
         #[test]

@@ -20,6 +20,7 @@ use super::pool::QuotaPool;
 use super::scaling;
 use super::settings::{AdmissionSettings, ScalingMode};
 use crate::budget::heavy::{Ceilings, HeavyBudget};
+use crate::budget::latencies::LatencyDrain;
 use crate::budget::unlearned::SingleFlight;
 use crate::pattern::PatternKey;
 
@@ -44,11 +45,14 @@ pub struct HeavyLane<W> {
     pub budget: HeavyBudget,
     /// Unlearned heavy-looking patterns with their one request in flight.
     pub unlearned: SingleFlight<PatternKey>,
+    /// The light requests' latencies, queued for the budget's signal.
+    pub latencies: LatencyDrain,
 }
 
 impl<W> HeavyLane<W> {
-    /// Empty queues and a full pool of `s.quota`'s base size.
-    pub fn new(s: AdmissionSettings<'_>, now: Instant) -> HeavyLane<W> {
+    /// Empty queues and a full pool of `s.quota`'s base size; latencies
+    /// come from `latencies`' queue.
+    pub fn new(s: AdmissionSettings<'_>, latencies: LatencyDrain, now: Instant) -> HeavyLane<W> {
         let q = s.quota;
         HeavyLane {
             pool: QuotaPool::new(q.bytes_per_second, q.burst_bytes, now),
@@ -73,7 +77,15 @@ impl<W> HeavyLane<W> {
                 now,
             ),
             unlearned: SingleFlight::new(UNLEARNED_CAPACITY),
+            latencies,
         }
+    }
+
+    /// Hand the latencies queued since the last call to the signal. Called
+    /// before anything here changes, so each is judged against the heavy
+    /// lane's state it ended in.
+    pub fn take_latencies(&mut self) {
+        self.latencies.drain_into(&mut self.budget);
     }
 
     /// Bring rate, burst and the guard up to date at `now`.

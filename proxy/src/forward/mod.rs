@@ -83,11 +83,11 @@ pub async fn forward(
     let front_proxy = identity.needs_front_proxy() && pool.has_front_proxy();
     // A request without a body can be sent again if the upstream cannot be reached.
     let replay = (body.is_end_stream() && pool.upstreams().len() > 1).then(|| {
-        (
-            parts.method.clone(),
-            parts.uri.clone(),
-            parts.headers.clone(),
-        )
+        Box::new(Replay {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            headers: parts.headers.clone(),
+        })
     });
     let timeout =
         (!ctx.long_running()).then(|| Duration::from_secs_f64(ctx.config.timeouts.request_seconds));
@@ -117,13 +117,32 @@ pub async fn forward(
     ))
 }
 
+/// What a request without a body is sent again with. Boxed: it is held
+/// across the send, in every request's future, and only set where there
+/// are several upstreams.
+struct Replay {
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+}
+
+impl Replay {
+    fn into_request(self) -> Request<Body> {
+        let mut r = Request::new(status::full(bytes::Bytes::new()));
+        *r.method_mut() = self.method;
+        *r.uri_mut() = self.uri;
+        *r.headers_mut() = self.headers;
+        r
+    }
+}
+
 /// Pick the least busy upstream and send; if it cannot be reached, eject
 /// it and, for a request without a body (`replay`), try another one once.
 /// `timeout` bounds the wait for response headers.
 async fn send(
     pool: &UpstreamPool,
     mut outbound: Request<Body>,
-    replay: Option<(http::Method, http::Uri, http::HeaderMap)>,
+    mut replay: Option<Box<Replay>>,
     front_proxy: bool,
     upgrade: bool,
     timeout: Option<Duration>,
@@ -132,13 +151,6 @@ async fn send(
     loop {
         let mut outstanding = pool.pick(avoid.as_ref()).ok_or(ProxyError::NoUpstream)?;
         let upstream = outstanding.upstream().clone();
-        let retry = replay.as_ref().map(|(m, u, h)| {
-            let mut r = Request::new(status::full(bytes::Bytes::new()));
-            *r.method_mut() = m.clone();
-            *r.uri_mut() = u.clone();
-            *r.headers_mut() = h.clone();
-            r
-        });
         let sent = pool.send(&mut outstanding, outbound, front_proxy, upgrade);
         let result = match timeout {
             Some(t) => tokio::time::timeout(t, sent)
@@ -161,10 +173,11 @@ async fn send(
             });
         }
         pool.eject(&upstream);
-        match (retry, avoid.is_none() && pool.upstreams().len() > 1) {
+        // Once: the replay is taken by the first retry.
+        match (replay.take(), avoid.is_none() && pool.upstreams().len() > 1) {
             (Some(r), true) => {
                 tracing::debug!(upstream = %upstream.url, "retrying on another upstream");
-                outbound = r;
+                outbound = r.into_request();
                 avoid = Some(upstream);
             }
             _ => {

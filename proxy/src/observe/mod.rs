@@ -57,7 +57,7 @@ impl Observer {
     pub fn observe(self: &Arc<Self>, forwarded: Forwarded, ctx: RequestCtx) -> Response<Body> {
         let (resp, outstanding) = match forwarded {
             Forwarded::Upgraded(head) => {
-                self.count(&ctx.classified.info.verb, head.status(), 0);
+                self.count(&ctx.kind.verb, head.status(), 0);
                 return with_lane(head, ctx.lane);
             }
             Forwarded::Stream(resp, outstanding) => (resp, outstanding),
@@ -67,14 +67,12 @@ impl Observer {
             .headers
             .get(CONTENT_ENCODING)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
-        let classified = &ctx.classified;
-        let streaming_list =
-            classified.watch_list && classified.info.options.send_initial_events == Some(true);
+        let kind = ctx.kind;
         let lane = ctx.lane;
         let ending = Ending {
-            verb: classified.info.verb,
-            long_running: ctx.long_running(),
-            full_list: classified.is_full_list(),
+            verb: kind.verb,
+            long_running: kind.long_running,
+            full_list: kind.full_list,
             client: ctx.client.display_name(),
             key: ctx.key,
             predicted: ctx.predicted,
@@ -88,7 +86,7 @@ impl Observer {
             drop(outstanding);
             observer.finish(ending, tally);
         });
-        let counted = if streaming_list {
+        let counted = if kind.streams_initial_events {
             counted.watch_for(INITIAL_EVENTS_END)
         } else {
             counted
