@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
 
+mod bounds;
 mod flags;
 
 pub use crate::predict::settings::{Patterns, Store};
@@ -332,11 +333,12 @@ impl Config {
         serde_saphyr::from_str(text).map_err(|e| e.to_string())
     }
 
-    /// Checks that need no files: pairs given together, numbers in range, URLs.
+    /// Checks that need no files: pairs given together, every number in its
+    /// range ([`bounds`]), URLs. Start, `check-config` and reload all call it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_upstream_urls()?;
         self.validate_pairs()?;
-        self.validate_numbers()?;
+        self.validate_bounds()?;
         self.lanes
             .validate()
             .and_then(|()| self.quota.validate())
@@ -395,55 +397,6 @@ impl Config {
             &self.upstream.client_key_file,
         ) {
             return invalid("upstream.clientCertFile/KeyFile", "give both or neither");
-        }
-        Ok(())
-    }
-
-    fn validate_numbers(&self) -> Result<(), ConfigError> {
-        let positive = [
-            (
-                "upstream.healthCheck.intervalSeconds",
-                self.upstream.health_check.interval_seconds,
-            ),
-            (
-                "upstream.healthCheck.timeoutSeconds",
-                self.upstream.health_check.timeout_seconds,
-            ),
-            (
-                "timeouts.headerReadSeconds",
-                self.timeouts.header_read_seconds,
-            ),
-            ("timeouts.requestSeconds", self.timeouts.request_seconds),
-            (
-                "timeouts.keepAliveSeconds",
-                self.timeouts.keep_alive_seconds,
-            ),
-            ("timeouts.idleSeconds", self.timeouts.idle_seconds),
-            ("tokenReview.cacheSeconds", self.token_review.cache_seconds),
-            ("patterns.halfLifeSeconds", self.patterns.half_life_seconds),
-            ("patterns.gzipRatio", self.patterns.gzip_ratio),
-            (
-                "patterns.defaultObjectBytes",
-                self.patterns.default_object_bytes,
-            ),
-            (
-                "upstream.metricsScrape.intervalSeconds",
-                self.upstream.metrics_scrape.interval_seconds,
-            ),
-        ];
-        for (field, value) in positive {
-            if !(value.is_finite() && value > 0.0) {
-                return invalid(field, &format!("must be a positive number, got {value}"));
-            }
-        }
-        if !(self.drain.window_seconds.is_finite() && self.drain.window_seconds >= 0.0) {
-            return invalid("drain.windowSeconds", "must be zero or positive");
-        }
-        if self.upstream.max_streams_per_connection == 0 {
-            return invalid("upstream.maxStreamsPerConnection", "must be at least 1");
-        }
-        if self.patterns.capacity == 0 {
-            return invalid("patterns.capacity", "must be at least 1");
         }
         Ok(())
     }
