@@ -134,6 +134,16 @@ impl Config {
         let q = &self.quota;
         let a = &q.adaptive;
         let mut table = vec![
+            ("maxConnections", Count(count(self.max_connections))),
+            (
+                "admin.maxConnections",
+                Count(count(self.admin.max_connections)),
+            ),
+            (
+                "admin.headerReadSeconds",
+                Seconds(self.admin.header_read_seconds),
+            ),
+            ("admin.idleSeconds", Seconds(self.admin.idle_seconds)),
             (
                 "upstream.maxStreamsPerConnection",
                 Count(count(up.max_streams_per_connection)),

@@ -45,9 +45,17 @@ impl Mode {
 pub struct Config {
     /// Client listener address. Default `0.0.0.0:6443`.
     pub listen: String,
+    /// Client connections open at once; past it a new connection is closed
+    /// as soon as it is accepted (counted in
+    /// `tollgate_connections_refused_total`). Keep it under the process's
+    /// open-file limit. Default `50000` (a 5,000-node cluster's kubelets,
+    /// node agents and controllers, with room).
+    pub max_connections: usize,
     /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/debug/patterns`);
     /// `null` turns it off. Default `127.0.0.1:9443`.
     pub admin_listen: Option<String>,
+    /// The admin listener's bounds.
+    pub admin: Admin,
     /// Decision mode. Default `dryRun`.
     pub mode: Mode,
     /// Serving TLS and client authentication.
@@ -68,6 +76,29 @@ pub struct Config {
     pub quota: crate::enforce::settings::Quota,
     /// The relist-storm guard.
     pub relist_guard: crate::enforce::settings::RelistGuard,
+}
+
+/// Bounds of the admin listener, which serves scrapers and operators: a few
+/// connections, never held open.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Admin {
+    /// Connections open at once; past it a new one is closed at once. Default `64`.
+    pub max_connections: usize,
+    /// Seconds a client has to send its request headers. Default `10`.
+    pub header_read_seconds: f64,
+    /// Seconds a connection may stay open with no request in flight. Default `60`.
+    pub idle_seconds: f64,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            max_connections: 64,
+            header_read_seconds: 10.0,
+            idle_seconds: 60.0,
+        }
+    }
 }
 
 /// Asking the apiserver who a bearer token belongs to, for classification
@@ -202,7 +233,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "0.0.0.0:6443".into(),
+            max_connections: 50_000,
             admin_listen: Some("127.0.0.1:9443".into()),
+            admin: Admin::default(),
             mode: Mode::DryRun,
             tls: ServingTls::default(),
             upstream: Upstream::default(),
