@@ -149,6 +149,10 @@ impl Config {
                 Count(count(up.max_streams_per_connection)),
             ),
             (
+                "upstream.connectTimeoutSeconds",
+                Seconds(up.connect_timeout_seconds),
+            ),
+            (
                 "upstream.healthCheck.intervalSeconds",
                 Seconds(up.health_check.interval_seconds),
             ),

@@ -161,6 +161,11 @@ pub struct Upstream {
     /// connection is opened past it. Keep at or below the apiserver's
     /// `--http2-max-streams-per-connection` (100 on recent releases). Default `100`.
     pub max_streams_per_connection: usize,
+    /// Seconds to open a connection to an apiserver: TCP connect and TLS
+    /// handshake together, on every path (watches and upgrades included).
+    /// Past it the request gets a 504 Status and the upstream is ejected.
+    /// Default `10`.
+    pub connect_timeout_seconds: f64,
     /// Health check settings.
     pub health_check: HealthCheck,
     /// Scraping of the apiserver's object counts (`apiserver_storage_objects`,
@@ -261,6 +266,7 @@ impl Default for Upstream {
             client_cert_file: None,
             client_key_file: None,
             max_streams_per_connection: 100,
+            connect_timeout_seconds: 10.0,
             health_check: HealthCheck::default(),
             metrics_scrape: MetricsScrape::default(),
         }
