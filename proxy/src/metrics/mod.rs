@@ -247,7 +247,7 @@ impl Metrics {
         );
         r.register(
             "tollgate_errors",
-            "Requests tollgate answered itself with an error, by side (downstream, upstream, internal)",
+            "Requests tollgate answered itself with an error, and responses the upstream cut short (source upstream), by side (downstream, upstream, internal)",
             self.errors.clone(),
         );
     }
