@@ -253,7 +253,7 @@ fn any_accepted_configuration_starts_serves_and_drains_without_panicking() {
     let up = rt.block_on(Upstream::start(None));
     let (accepted, answered, cases) = (Cell::new(0), Cell::new(0), Cell::new(0));
     let mut runner = TestRunner::new(RunnerConfig {
-        cases: 256,
+        cases: 128,
         failure_persistence: None,
         ..RunnerConfig::default()
     });
