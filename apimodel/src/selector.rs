@@ -470,6 +470,15 @@ fn unescape(s: &str) -> Result<String, SelectorError> {
     Ok(out)
 }
 
+/// A value set's inside, as it parses back: the set of only the empty value
+/// is written `,` (`x notin (,)`), since `()` is refused as an empty set.
+fn value_set(values: &[String]) -> String {
+    match values {
+        [only] if only.is_empty() => ",".to_string(),
+        _ => values.join(","),
+    }
+}
+
 impl fmt::Display for LabelSelector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> = self
@@ -482,8 +491,8 @@ impl fmt::Display for LabelSelector {
                 LabelOp::NotEquals => {
                     format!("{}!={}", r.key, r.values.first().map_or("", String::as_str))
                 }
-                LabelOp::In => format!("{} in ({})", r.key, r.values.join(",")),
-                LabelOp::NotIn => format!("{} notin ({})", r.key, r.values.join(",")),
+                LabelOp::In => format!("{} in ({})", r.key, value_set(&r.values)),
+                LabelOp::NotIn => format!("{} notin ({})", r.key, value_set(&r.values)),
                 LabelOp::Exists => r.key.clone(),
                 LabelOp::DoesNotExist => format!("!{}", r.key),
                 LabelOp::GreaterThan => {

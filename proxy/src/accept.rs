@@ -1,4 +1,5 @@
-//! The client listener: accept TCP, handshake TLS (ALPN h2 / http/1.1,
+//! The client listener: accept TCP (under `maxConnections`, backing off
+//! when accept fails: [`crate::listener`]), handshake TLS (ALPN h2 / http/1.1,
 //! optional client certificate, checked against the client CA after the
 //! handshake as kube-apiserver does: see [`PeerIdentity`]), serve HTTP/1.1
 //! and HTTP/2 with upgrades,
@@ -9,13 +10,9 @@
 //! times and their clients do not all relist at once.
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
-
-use futures_util::task::AtomicWaker;
 
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -24,7 +21,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
@@ -32,9 +28,9 @@ use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::handle::handle;
 use crate::identity::{bearer_token, PeerCertificate};
+use crate::listener::{serve_until, Accepted, ActiveBody, Activity, ConnResult, Listener, Until};
 use crate::status::status_response;
 use crate::tls::ClientCertAuthority;
-use crate::Body;
 
 /// hyper's bound on what an HTTP/1.1 connection queues toward a client that reads slower than
 /// the apiserver sends: hyper's default (~400 KB) let slow clients of large responses hold too
@@ -58,19 +54,9 @@ pub async fn accept_loop(
     let acceptor = tls.map(TlsAcceptor::from);
     let authority = client_cert_authority(&gateway);
     let sequence = AtomicU64::new(0);
-    loop {
-        let (tcp, remote) = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // EMFILE and friends: back off a little instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    let mut listener = Listener::new(listener, "client", gateway.metrics());
+    let cap = || gateway.config().max_connections;
+    while let Some(Accepted { tcp, remote, slot }) = listener.accept(cap, &stop).await {
         let _ = tcp.set_nodelay(true);
         let n = sequence.fetch_add(1, Ordering::Relaxed);
         let g = gateway.clone();
@@ -78,6 +64,7 @@ pub async fn accept_loop(
         let authority = authority.clone();
         let stop = stop.clone();
         gateway.tasks().spawn(async move {
+            let _slot = slot;
             match acceptor {
                 None => serve_connection(g, tcp, PeerIdentity::None, stop, n).await,
                 Some(acceptor) => {
@@ -188,58 +175,25 @@ async fn serve_connection<I>(
             };
             // The request stays active until its response body is done. Served as it is,
             // not boxed again: one allocation and one dynamic call per frame fewer.
-            Ok::<_, Infallible>(resp.map(|body| ActiveBody {
-                body,
-                _guard: guard,
-            }))
+            Ok::<_, Infallible>(resp.map(|body| ActiveBody::new(body, guard)))
         }
     });
     let builder = connection_builder(&config);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let idle = Duration::from_secs_f64(config.timeouts.idle_seconds);
-    let check = (idle / 4).max(Duration::from_millis(10));
-    let side = Arc::new(SideWaker::default());
-    let side_waker = Waker::from(side.clone());
-    loop {
-        let tick = tokio::time::sleep(check);
-        let stopped = stop.cancelled();
-        tokio::pin!(tick, stopped);
-        side.woken.store(true, Ordering::Release);
-        // The connection is polled at every wake-up; the stop signal and the idle check only
-        // when their own waker fired (`select!` polled all three each time).
-        let event = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = conn.as_mut().poll(cx) {
-                return Poll::Ready(ConnEvent::Ended(r));
+    match serve_until(conn.as_mut(), &activity, idle, &stop).await {
+        Until::Ended(r) => return log_end(r),
+        Until::Idle => {
+            tracing::debug!("closing an idle client connection");
+            conn.as_mut().graceful_shutdown();
+            tokio::select! {
+                r = conn.as_mut() => log_end(r),
+                _ = tokio::time::sleep(CLOSE_GRACE) => {}
             }
-            side.task.register(cx.waker());
-            if side.woken.swap(false, Ordering::AcqRel) {
-                let mut side_cx = Context::from_waker(&side_waker);
-                if stopped.as_mut().poll(&mut side_cx).is_ready() {
-                    return Poll::Ready(ConnEvent::Stop);
-                }
-                if tick.as_mut().poll(&mut side_cx).is_ready() {
-                    return Poll::Ready(ConnEvent::Tick);
-                }
-            }
-            Poll::Pending
-        })
-        .await;
-        match event {
-            ConnEvent::Ended(r) => return log_end(r),
-            ConnEvent::Stop => break,
-            ConnEvent::Tick => {
-                if activity.idle_for() >= idle {
-                    tracing::debug!("closing an idle client connection");
-                    conn.as_mut().graceful_shutdown();
-                    tokio::select! {
-                        r = conn.as_mut() => log_end(r),
-                        _ = tokio::time::sleep(CLOSE_GRACE) => {}
-                    }
-                    return;
-                }
-            }
+            return;
         }
+        Until::Stopped => {}
     }
     let offset = drain_offset(n, Duration::from_secs_f64(config.drain.window_seconds));
     tokio::select! {
@@ -270,104 +224,7 @@ fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// What ended one turn of a connection's serving loop.
-enum ConnEvent {
-    Ended(Result<(), Box<dyn std::error::Error + Send + Sync>>),
-    Stop,
-    Tick,
-}
-
-/// The waker of a connection's side futures (stop signal, idle check): it notes that one
-/// of them was woken, then wakes the connection's task.
-#[derive(Default)]
-struct SideWaker {
-    woken: AtomicBool,
-    task: AtomicWaker,
-}
-
-impl Wake for SideWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.task.wake();
-    }
-}
-
-// === impl Activity ===
-
-/// Requests in flight on one connection and since when it has had none.
-struct Activity {
-    active: AtomicUsize,
-    idle_since: std::sync::Mutex<Instant>,
-}
-
-struct ActiveGuard(Arc<Activity>);
-
-impl Activity {
-    fn new() -> Self {
-        Activity {
-            active: AtomicUsize::new(0),
-            idle_since: std::sync::Mutex::new(Instant::now()),
-        }
-    }
-
-    fn begin(self: &Arc<Self>) -> ActiveGuard {
-        self.active.fetch_add(1, Ordering::Relaxed);
-        ActiveGuard(self.clone())
-    }
-
-    /// How long the connection has had no request in flight (zero if it has one).
-    fn idle_for(&self) -> Duration {
-        if self.active.load(Ordering::Relaxed) > 0 {
-            return Duration::ZERO;
-        }
-        self.idle_since
-            .lock()
-            .map(|t| t.elapsed())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        if self.0.active.fetch_sub(1, Ordering::Relaxed) == 1 {
-            if let Ok(mut t) = self.0.idle_since.lock() {
-                *t = Instant::now();
-            }
-        }
-    }
-}
-
-/// A response body that keeps its request active until dropped.
-struct ActiveBody {
-    body: Body,
-    _guard: ActiveGuard,
-}
-
-impl http_body::Body for ActiveBody {
-    type Data = bytes::Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
+fn log_end(r: ConnResult) {
     if let Err(e) = r {
         tracing::debug!(error = %e, "connection ended with an error");
     }

@@ -2,49 +2,68 @@
 //! [`crate::metrics`]), `/healthz`, `/readyz` (an upstream is healthy and
 //! tollgate is not draining), `/debug/patterns` (learned patterns as a JSON
 //! array, heaviest first), `/debug/budget` (the heavy lane's budget: limits,
-//! signal, target and the controller's state, as JSON).
+//! signal, target and the controller's state, as JSON). Bounded like the
+//! client listener ([`crate::listener`]): a connection cap, a backoff on
+//! accept errors, header-read and idle timeouts.
 
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::CONTENT_TYPE;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::accept::CLOSE_GRACE;
 use crate::gateway::Gateway;
+use crate::listener::{serve_until, Accepted, ActiveBody, Activity, Listener, Until};
 use crate::status::full;
 use crate::Body;
 
-/// Serve the admin endpoints on `listener` until `stop`.
+/// Serve the admin endpoints on `listener` until `stop`: at most
+/// `admin.maxConnections` at once, each closed when its request headers take
+/// longer than `admin.headerReadSeconds` or it has been idle for
+/// `admin.idleSeconds`.
 pub async fn serve(gateway: Gateway, listener: TcpListener, stop: CancellationToken) {
-    loop {
-        let (tcp, _) = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    continue;
-                }
-            },
-        };
+    let mut listener = Listener::new(listener, "admin", gateway.metrics());
+    let cap = || gateway.config().admin.max_connections;
+    while let Some(Accepted { tcp, slot, .. }) = listener.accept(cap, &stop).await {
         let g = gateway.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let g = g.clone();
-                async move { Ok::<_, Infallible>(route(&g, &req)) }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(tcp), svc);
-            tokio::select! {
-                _ = conn => {}
-                _ = stop.cancelled() => {}
-            }
+            let _slot = slot;
+            serve_connection(g, tcp, stop).await;
         });
+    }
+}
+
+async fn serve_connection(gateway: Gateway, tcp: TcpStream, stop: CancellationToken) {
+    let settings = gateway.config().admin.clone();
+    let activity = Arc::new(Activity::new());
+    let act = activity.clone();
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let g = gateway.clone();
+        let guard = act.begin();
+        async move { Ok::<_, Infallible>(route(&g, &req).map(|b| ActiveBody::new(b, guard))) }
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs_f64(settings.header_read_seconds));
+    builder.http2().timer(TokioTimer::new());
+    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+    tokio::pin!(conn);
+    // A connection that never sends a byte is idle from the start: it is closed too.
+    let idle = Duration::from_secs_f64(settings.idle_seconds);
+    if let Until::Idle = serve_until(conn.as_mut(), &activity, idle, &stop).await {
+        conn.as_mut().graceful_shutdown();
+        let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
     }
 }
 

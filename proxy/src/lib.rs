@@ -32,6 +32,8 @@
 //!   controller); [`predict`] and [`decay`]: the pure pattern cache.
 //! - [`config`], [`tls`]: settings and certificates (a kubeconfig is read by
 //!   the shared `kubeio` crate).
+//! - [`listener`]: what both listeners share (accept backoff, connection
+//!   caps, idle connections).
 //! - [`metrics`]: every metric; [`admin`]: the admin listener (`/metrics`,
 //!   `/healthz`, `/readyz`, `/debug/patterns`, `/debug/budget`); [`status`]: errors as
 //!   Kubernetes `Status` responses.
@@ -51,6 +53,7 @@ pub mod forward;
 pub mod gateway;
 pub mod handle;
 pub mod identity;
+pub mod listener;
 pub mod metrics;
 pub mod observe;
 pub mod pattern;

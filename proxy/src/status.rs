@@ -45,6 +45,10 @@ pub enum ProxyError {
     },
     #[error("upstream {upstream} sent no response headers within {seconds}s")]
     Timeout { upstream: String, seconds: f64 },
+    #[error(
+        "no connection to upstream {upstream} (TCP connect and TLS handshake) within {seconds}s"
+    )]
+    ConnectTimeout { upstream: String, seconds: f64 },
     #[error("cannot build the upstream request: {0}")]
     Build(String),
 }
@@ -53,9 +57,10 @@ impl ProxyError {
     pub fn source_side(&self) -> ErrorSource {
         match self {
             ProxyError::BadRequest(_) => ErrorSource::Downstream,
-            ProxyError::NoUpstream | ProxyError::Upstream { .. } | ProxyError::Timeout { .. } => {
-                ErrorSource::Upstream
-            }
+            ProxyError::NoUpstream
+            | ProxyError::Upstream { .. }
+            | ProxyError::Timeout { .. }
+            | ProxyError::ConnectTimeout { .. } => ErrorSource::Upstream,
             ProxyError::Build(_) => ErrorSource::Internal,
         }
     }
@@ -68,7 +73,9 @@ impl ProxyError {
             ProxyError::Upstream { .. } => {
                 Status::failure(502, "BadGateway", kubeio::error_chain(self))
             }
-            ProxyError::Timeout { .. } => Status::timeout(self.to_string()),
+            ProxyError::Timeout { .. } | ProxyError::ConnectTimeout { .. } => {
+                Status::timeout(self.to_string())
+            }
             ProxyError::Build(_) => Status::internal(self.to_string()),
         }
     }

@@ -44,6 +44,8 @@ pub struct TollgateOptions {
     pub front_proxy: Option<CertKeyPem>,
     /// More flags, e.g. `--config FILE`. Must not repeat `--listen` or `--admin-listen`.
     pub args: Vec<String>,
+    /// Start under `prlimit --nofile=N` (util-linux): at most N open file descriptors.
+    pub nofile: Option<u64>,
 }
 
 impl TollgateOptions {
@@ -124,16 +126,27 @@ impl TollgateProcess {
         let stderr_log = dir.path().join("tollgate.stderr.log");
         // The packages tollgate is built from.
         let binary = fresh_workspace_binary("tollgate", &["proxy", "kubeio", "apimodel"]);
-        let mut cmd = Command::new(&binary);
+        let mut cmd = match options.nofile {
+            // prlimit sets the limit and execs tollgate: the child's pid is tollgate's.
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}")).arg(&binary);
+                c
+            }
+            None => Command::new(&binary),
+        };
         cmd.args(&args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(File::create(&stderr_log).context("creating tollgate's log")?);
         let shown = format!("tollgate {}", args.join(" "));
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut child = cmd.spawn().with_context(|| {
+            format!(
+                "starting {} (with `nofile`: under prlimit, from util-linux)",
+                binary.display()
+            )
+        })?;
         let Some(stdout) = child.stdout.take() else {
             let _ = child.kill();
             let _ = child.wait();

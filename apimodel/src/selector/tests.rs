@@ -126,6 +126,62 @@ fn non_ascii_whitespace_is_skipped_by_characters_not_bytes() {
     assert!(LabelSelector::parse("\u{a0}\u{a0}").unwrap().is_empty());
 }
 
+#[test]
+fn a_value_set_of_only_the_empty_value_prints_as_it_parses_back() {
+    for text in ["x notin (,)", "x in (,)", "x in (, )", "x notin (,,a)"] {
+        let s = LabelSelector::parse(text).unwrap();
+        let printed = s.to_string();
+        assert_eq!(
+            LabelSelector::parse(&printed).ok(),
+            Some(s),
+            "{text} printed as {printed}"
+        );
+    }
+    assert_eq!(
+        LabelSelector::parse("x notin (,)").unwrap().to_string(),
+        "x notin (,)"
+    );
+}
+
+/// Selector text from the grammar: requirements of every operator, values
+/// often empty, spaces around the punctuation.
+fn selector_text() -> impl Strategy<Value = String> {
+    let key = "[a-z]([a-z0-9.-]{0,6}[a-z0-9])?";
+    let value = "([a-z0-9]([a-z0-9._-]{0,4}[a-z0-9])?)?";
+    let ws = "[ ]{0,1}";
+    let requirement = (
+        key,
+        0..8usize,
+        prop::collection::vec(value, 1..4),
+        ws,
+        "(-?[0-9]{1,3})",
+    )
+        .prop_map(|(k, op, values, w, int)| match op {
+            0 => format!("{k}{w}={w}{}", values[0]),
+            1 => format!("{k}=={}", values[0]),
+            2 => format!("{k}{w}!={w}{}", values[0]),
+            3 => format!("{k} in{w}({w}{}{w})", values.join(&format!("{w},{w}"))),
+            4 => format!("{k} notin ({})", values.join(",")),
+            5 => k,
+            6 => format!("!{k}"),
+            _ => format!("{k}{}{int}", if int.len() % 2 == 0 { ">" } else { "<" }),
+        });
+    prop::collection::vec(requirement, 1..4).prop_map(|r| r.join(","))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// Whatever parses prints as text that parses to the same selector.
+    #[test]
+    fn any_label_selector_that_parses_round_trips(text in selector_text()) {
+        if let Ok(s) = LabelSelector::parse(&text) {
+            let printed = s.to_string();
+            prop_assert_eq!(LabelSelector::parse(&printed).ok(), Some(s), "{} printed as {}", text, printed);
+        }
+    }
+}
+
 proptest! {
     #[test]
     fn parsers_never_panic(s in ".{0,64}") {

@@ -85,14 +85,14 @@ pub struct SimArgs {
     /// Serve HTTPS with a generated CA and serving certificate (or --tls-cert-file/--tls-private-key-file).
     #[arg(long)]
     pub tls: bool,
-    /// Serving certificate (PEM) to use with --tls instead of a generated one.
-    #[arg(long, requires = "tls_private_key_file")]
+    /// Serving certificate (PEM) to use with --tls instead of a generated one (needs --tls).
+    #[arg(long, requires = "tls_private_key_file", requires = "tls")]
     pub tls_cert_file: Option<PathBuf>,
-    /// Key of --tls-cert-file (PEM).
-    #[arg(long, requires = "tls_cert_file")]
+    /// Key of --tls-cert-file (PEM) (needs --tls).
+    #[arg(long, requires = "tls_cert_file", requires = "tls")]
     pub tls_private_key_file: Option<PathBuf>,
-    /// Directory to write the generated CA and serving certificate into (ca.crt, apiserver.crt, apiserver.key).
-    #[arg(long)]
+    /// Directory to write the generated CA and serving certificate into (ca.crt, apiserver.crt, apiserver.key) (needs --tls).
+    #[arg(long, requires = "tls")]
     pub cert_dir: Option<PathBuf>,
     /// Write a kubeconfig that kubectl can use as is to this path.
     #[arg(long)]
@@ -146,11 +146,11 @@ pub struct SimArgs {
     /// Static bearer tokens, kube-apiserver's CSV format: token,user,uid,"group1,group2".
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
-    /// CA bundle (PEM) that verifies client certificates: CN is the user, O the groups.
-    #[arg(long = "client-ca-file")]
+    /// CA bundle (PEM) that verifies client certificates: CN is the user, O the groups (needs --tls).
+    #[arg(long = "client-ca-file", requires = "tls")]
     pub client_ca_file: Option<PathBuf>,
-    /// CA bundle (PEM) of front proxies whose X-Remote-User/X-Remote-Group headers are trusted.
-    #[arg(long = "requestheader-client-ca-file")]
+    /// CA bundle (PEM) of front proxies whose X-Remote-User/X-Remote-Group headers are trusted (needs --tls).
+    #[arg(long = "requestheader-client-ca-file", requires = "tls")]
     pub requestheader_client_ca_file: Option<PathBuf>,
     /// Front-proxy certificate CNs accepted, comma-separated; empty accepts any CN signed by the CA.
     #[arg(long, value_delimiter = ',')]
@@ -315,6 +315,33 @@ mod tests {
         );
         assert!("3 parsecs".parse::<DurationArg>().is_err());
         assert!("-1s".parse::<DurationArg>().is_err());
+    }
+
+    /// Without --tls these were ignored: plain HTTP served, client certificates never asked.
+    #[test]
+    fn certificate_flags_without_tls_are_refused() {
+        for flags in [
+            &[
+                "--tls-cert-file",
+                "c.pem",
+                "--tls-private-key-file",
+                "k.pem",
+            ][..],
+            &["--client-ca-file", "ca.pem"],
+            &["--requestheader-client-ca-file", "ca.pem"],
+            &["--cert-dir", "pki"],
+        ] {
+            let err = SimArgs::try_parse_from(["sim"].iter().chain(flags))
+                .expect_err("refused without --tls");
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "{flags:?}: {err}"
+            );
+            assert!(err.to_string().contains("--tls"), "{flags:?}: {err}");
+            let tls = SimArgs::try_parse_from(["sim", "--tls"].iter().chain(flags));
+            assert!(tls.is_ok(), "{flags:?} with --tls");
+        }
     }
 
     #[test]

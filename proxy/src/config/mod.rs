@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
 
+mod bounds;
 mod flags;
 
 pub use crate::predict::settings::{Patterns, Store};
@@ -44,9 +45,17 @@ impl Mode {
 pub struct Config {
     /// Client listener address. Default `0.0.0.0:6443`.
     pub listen: String,
+    /// Client connections open at once; past it a new connection is closed
+    /// as soon as it is accepted (counted in
+    /// `tollgate_connections_refused_total`). Keep it under the process's
+    /// open-file limit. Default `50000` (a 5,000-node cluster's kubelets,
+    /// node agents and controllers, with room).
+    pub max_connections: usize,
     /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/debug/patterns`);
     /// `null` turns it off. Default `127.0.0.1:9443`.
     pub admin_listen: Option<String>,
+    /// The admin listener's bounds.
+    pub admin: Admin,
     /// Decision mode. Default `dryRun`.
     pub mode: Mode,
     /// Serving TLS and client authentication.
@@ -67,6 +76,29 @@ pub struct Config {
     pub quota: crate::enforce::settings::Quota,
     /// The relist-storm guard.
     pub relist_guard: crate::enforce::settings::RelistGuard,
+}
+
+/// Bounds of the admin listener, which serves scrapers and operators: a few
+/// connections, never held open.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Admin {
+    /// Connections open at once; past it a new one is closed at once. Default `64`.
+    pub max_connections: usize,
+    /// Seconds a client has to send its request headers. Default `10`.
+    pub header_read_seconds: f64,
+    /// Seconds a connection may stay open with no request in flight. Default `60`.
+    pub idle_seconds: f64,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            max_connections: 64,
+            header_read_seconds: 10.0,
+            idle_seconds: 60.0,
+        }
+    }
 }
 
 /// Asking the apiserver who a bearer token belongs to, for classification
@@ -129,6 +161,11 @@ pub struct Upstream {
     /// connection is opened past it. Keep at or below the apiserver's
     /// `--http2-max-streams-per-connection` (100 on recent releases). Default `100`.
     pub max_streams_per_connection: usize,
+    /// Seconds to open a connection to an apiserver: TCP connect and TLS
+    /// handshake together, on every path (watches and upgrades included).
+    /// Past it the request gets a 504 Status and the upstream is ejected.
+    /// Default `10`.
+    pub connect_timeout_seconds: f64,
     /// Health check settings.
     pub health_check: HealthCheck,
     /// Scraping of the apiserver's object counts (`apiserver_storage_objects`,
@@ -201,7 +238,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "0.0.0.0:6443".into(),
+            max_connections: 50_000,
             admin_listen: Some("127.0.0.1:9443".into()),
+            admin: Admin::default(),
             mode: Mode::DryRun,
             tls: ServingTls::default(),
             upstream: Upstream::default(),
@@ -227,6 +266,7 @@ impl Default for Upstream {
             client_cert_file: None,
             client_key_file: None,
             max_streams_per_connection: 100,
+            connect_timeout_seconds: 10.0,
             health_check: HealthCheck::default(),
             metrics_scrape: MetricsScrape::default(),
         }
@@ -332,11 +372,12 @@ impl Config {
         serde_saphyr::from_str(text).map_err(|e| e.to_string())
     }
 
-    /// Checks that need no files: pairs given together, numbers in range, URLs.
+    /// Checks that need no files: pairs given together, every number in its
+    /// range ([`bounds`]), URLs. Start, `check-config` and reload all call it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_upstream_urls()?;
         self.validate_pairs()?;
-        self.validate_numbers()?;
+        self.validate_bounds()?;
         self.lanes
             .validate()
             .and_then(|()| self.quota.validate())
@@ -395,55 +436,6 @@ impl Config {
             &self.upstream.client_key_file,
         ) {
             return invalid("upstream.clientCertFile/KeyFile", "give both or neither");
-        }
-        Ok(())
-    }
-
-    fn validate_numbers(&self) -> Result<(), ConfigError> {
-        let positive = [
-            (
-                "upstream.healthCheck.intervalSeconds",
-                self.upstream.health_check.interval_seconds,
-            ),
-            (
-                "upstream.healthCheck.timeoutSeconds",
-                self.upstream.health_check.timeout_seconds,
-            ),
-            (
-                "timeouts.headerReadSeconds",
-                self.timeouts.header_read_seconds,
-            ),
-            ("timeouts.requestSeconds", self.timeouts.request_seconds),
-            (
-                "timeouts.keepAliveSeconds",
-                self.timeouts.keep_alive_seconds,
-            ),
-            ("timeouts.idleSeconds", self.timeouts.idle_seconds),
-            ("tokenReview.cacheSeconds", self.token_review.cache_seconds),
-            ("patterns.halfLifeSeconds", self.patterns.half_life_seconds),
-            ("patterns.gzipRatio", self.patterns.gzip_ratio),
-            (
-                "patterns.defaultObjectBytes",
-                self.patterns.default_object_bytes,
-            ),
-            (
-                "upstream.metricsScrape.intervalSeconds",
-                self.upstream.metrics_scrape.interval_seconds,
-            ),
-        ];
-        for (field, value) in positive {
-            if !(value.is_finite() && value > 0.0) {
-                return invalid(field, &format!("must be a positive number, got {value}"));
-            }
-        }
-        if !(self.drain.window_seconds.is_finite() && self.drain.window_seconds >= 0.0) {
-            return invalid("drain.windowSeconds", "must be zero or positive");
-        }
-        if self.upstream.max_streams_per_connection == 0 {
-            return invalid("upstream.maxStreamsPerConnection", "must be at least 1");
-        }
-        if self.patterns.capacity == 0 {
-            return invalid("patterns.capacity", "must be at least 1");
         }
         Ok(())
     }

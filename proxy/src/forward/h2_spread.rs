@@ -6,14 +6,22 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::connect::TimedConnector;
 use crate::Body;
 
-pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
+pub(crate) type HttpClient = Client<TimedConnector, Body>;
+
+/// What each new upstream connection is opened with: TLS settings and the
+/// deadline on connect plus handshake.
+#[derive(Debug, Clone)]
+pub(crate) struct Connect {
+    pub tls: rustls::ClientConfig,
+    pub timeout: Duration,
+}
 
 /// HTTP/2 connections are shared by many streams, and the apiserver caps
 /// streams per connection (250 in 1.20, 100 in recent releases); a stream
@@ -30,7 +38,7 @@ pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 /// connection and queues the burst on it.
 #[derive(Debug)]
 pub struct H2Spread {
-    config: rustls::ClientConfig,
+    config: Connect,
     limit: usize,
     clients: Mutex<Vec<(HttpClient, Arc<AtomicUsize>)>>,
     h2_known: AtomicBool,
@@ -47,7 +55,7 @@ impl Drop for StreamSlot {
 }
 
 impl H2Spread {
-    pub(crate) fn new(config: rustls::ClientConfig, limit: usize) -> H2Spread {
+    pub(crate) fn new(config: Connect, limit: usize) -> H2Spread {
         H2Spread {
             config,
             limit: limit.max(1),
@@ -89,11 +97,11 @@ impl H2Spread {
 }
 
 /// The upstreams and the clients that reach them.
-pub(crate) fn http_client(config: rustls::ClientConfig, h2: bool) -> HttpClient {
+pub(crate) fn http_client(config: Connect, h2: bool) -> HttpClient {
     client_builder().build(connector(config, h2))
 }
 
-fn h2_only_client(config: rustls::ClientConfig) -> HttpClient {
+fn h2_only_client(config: Connect) -> HttpClient {
     client_builder()
         .http2_only(true)
         .build(connector(config, true))
@@ -109,21 +117,18 @@ fn client_builder() -> hyper_util::client::legacy::Builder {
     b
 }
 
-fn connector(
-    config: rustls::ClientConfig,
-    h2: bool,
-) -> hyper_rustls::HttpsConnector<HttpConnector> {
+fn connector(config: Connect, h2: bool) -> TimedConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    http.set_connect_timeout(Some(Duration::from_secs(5)));
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
+        .with_tls_config(config.tls)
         .https_or_http()
         .enable_http1();
-    if h2 {
+    let https = if h2 {
         builder.enable_http2().wrap_connector(http)
     } else {
         builder.wrap_connector(http)
-    }
+    };
+    TimedConnector::new(https, config.timeout)
 }

@@ -5,10 +5,12 @@
 //! an upgraded connection (exec, attach, port-forward) carried both ways by
 //! a tunnel ([`Tunnels`]).
 //! - [`pool`]: the upstreams, their health, and tollgate's own requests.
+//! - [`connect`]: each upstream connection opened within a deadline.
 //! - [`h2_spread`]: the HTTP/2 clients, spread so no connection carries
 //!   more streams than the apiserver allows.
 //! - [`hop`]: hop-by-hop headers and upgrades.
 
+mod connect;
 mod h2_spread;
 mod hop;
 mod pool;
@@ -31,6 +33,7 @@ use crate::identity::rewrite_identity_headers;
 use crate::status::{self, ProxyError};
 use crate::Body;
 
+pub use connect::ConnectTimeout;
 pub use h2_spread::StreamSlot;
 pub use hop::{is_upgrade, strip_hop_by_hop};
 pub use pool::{Outstanding, SendError, Upstream, UpstreamPool};
@@ -180,12 +183,22 @@ async fn send(
                 outbound = r.into_request();
                 avoid = Some(upstream);
             }
-            _ => {
-                return Err(ProxyError::Upstream {
-                    upstream: upstream.url.clone(),
-                    source: e,
-                })
-            }
+            // A connection that timed out is the upstream not answering in time: 504, as
+            // for a response that does not come; one refused or reset is a 502.
+            _ => match ConnectTimeout::find(&e) {
+                Some(t) => {
+                    return Err(ProxyError::ConnectTimeout {
+                        upstream: upstream.url.clone(),
+                        seconds: t.0.as_secs_f64(),
+                    })
+                }
+                None => {
+                    return Err(ProxyError::Upstream {
+                        upstream: upstream.url.clone(),
+                        source: e,
+                    })
+                }
+            },
         }
     }
 }

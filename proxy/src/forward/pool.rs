@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::h2_spread::{http_client, H2Spread, HttpClient, StreamSlot};
+use super::h2_spread::{http_client, Connect, H2Spread, HttpClient, StreamSlot};
 use crate::config::{Config, HealthCheck};
 use crate::tls::{self, TlsError};
 use crate::{Body, Error};
@@ -133,10 +133,12 @@ impl UpstreamPool {
                 v.set_sensitive(true);
                 v
             });
-        let anon_cfg = tls::client_config(roots.as_ref(), None)?;
+        let timeout = Duration::from_secs_f64(up.connect_timeout_seconds);
+        let connect = |tls| Connect { tls, timeout };
+        let anon_cfg = connect(tls::client_config(roots.as_ref(), None)?);
         let front_proxy = match &front {
             Some(id) => {
-                let cfg = tls::client_config(roots.as_ref(), Some(id))?;
+                let cfg = connect(tls::client_config(roots.as_ref(), Some(id))?);
                 Some((
                     H2Spread::new(cfg.clone(), up.max_streams_per_connection),
                     http_client(cfg, false),
@@ -144,7 +146,7 @@ impl UpstreamPool {
             }
             None => None,
         };
-        let own_cfg = tls::client_config(roots.as_ref(), own.as_ref())?;
+        let own_cfg = connect(tls::client_config(roots.as_ref(), own.as_ref())?);
         let mut upstreams = Vec::new();
         for url in &up.urls {
             let bad = |reason: &str| Error::Upstream {

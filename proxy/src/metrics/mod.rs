@@ -84,6 +84,15 @@ pub struct UnitLabel {
     pub unit: &'static str,
 }
 
+/// `client` or `admin`: the two listeners.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: &'static str,
+}
+
+/// The `listener` values.
+pub const LISTENERS: [&str; 2] = ["client", "admin"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DirectionLabel {
     pub direction: &'static str,
@@ -136,6 +145,9 @@ pub struct Metrics {
     pub guard_triggers: Family<CauseLabel, Counter>,
     pub cluster_size: Family<UnitLabel, Gauge>,
     pub rewrites: Counter,
+    pub accept_errors: Family<ListenerLabel, Counter>,
+    pub connections_refused: Family<ListenerLabel, Counter>,
+    pub open_connections: Family<ListenerLabel, Gauge>,
     /// Handles into `requests` (code 200), `response_bytes` and `duration` per verb.
     pub per_verb: PerVerb,
     /// Handles into `predicted_bytes`, `actual_bytes` and `prediction_ratio` per class.
@@ -186,6 +198,9 @@ impl Metrics {
             guard_triggers: Family::default(),
             cluster_size: Family::default(),
             rewrites: Counter::default(),
+            accept_errors: Family::default(),
+            connections_refused: Family::default(),
+            open_connections: Family::default(),
             per_verb: PerVerb::default(),
             per_class: PerClass::default(),
         };
@@ -196,6 +211,7 @@ impl Metrics {
         m.register_prediction(registry);
         m.register_upstreams(registry);
         m.register_admission(registry);
+        m.register_listeners(registry);
         // Exported at zero from the start: an alert can tell "never failed" from "not scraped".
         for reason in SCRAPE_FAILURE_REASONS {
             m.scrape_failures
@@ -231,7 +247,7 @@ impl Metrics {
         );
         r.register(
             "tollgate_errors",
-            "Requests tollgate answered itself with an error, by side (downstream, upstream, internal)",
+            "Requests tollgate answered itself with an error, and responses the upstream cut short (source upstream), by side (downstream, upstream, internal)",
             self.errors.clone(),
         );
     }
@@ -291,6 +307,32 @@ impl Metrics {
             "Objects per resource as last scraped from the apiserver's metrics (one series per resource type the apiserver reports)",
             self.resource_objects.clone(),
         );
+    }
+
+    /// The client and admin listeners: accept errors, the connection caps.
+    /// Exported at zero from the start, for both listeners.
+    fn register_listeners(&self, r: &mut Registry) {
+        r.register(
+            "tollgate_accept_errors",
+            "Failed accepts (e.g. out of file descriptors: EMFILE, ENFILE), each followed by a backoff of 10 ms doubling to 1 s, by listener (client, admin)",
+            self.accept_errors.clone(),
+        );
+        r.register(
+            "tollgate_connections_refused",
+            "Connections closed as soon as accepted because the listener's cap (maxConnections, admin.maxConnections) was reached, by listener",
+            self.connections_refused.clone(),
+        );
+        r.register(
+            "tollgate_open_connections",
+            "Connections open, by listener (upgraded exec/attach/port-forward streams not included)",
+            self.open_connections.clone(),
+        );
+        for listener in LISTENERS {
+            let l = ListenerLabel { listener };
+            self.accept_errors.get_or_create(&l).inc_by(0);
+            self.connections_refused.get_or_create(&l).inc_by(0);
+            self.open_connections.get_or_create(&l).set(0);
+        }
     }
 
     /// Admission: decisions, lanes, queues, the quota pool, the relist guard, scaling.

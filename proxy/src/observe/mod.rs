@@ -1,7 +1,8 @@
 //! The observe step: the response body is wrapped so that, where it ends
 //! ([`body::CountedBody`]), the bytes actually sent reconcile the quota
 //! debit, teach the pattern cache, and update the request metrics
-//! ([`Observer::finish`]). Requests tollgate answers itself (a bad request,
+//! ([`Observer::finish`]; a body the upstream cut short also counts as an
+//! upstream error). Requests tollgate answers itself (a bad request,
 //! an unreachable upstream) are counted by [`Observer::answered`].
 
 pub mod body;
@@ -22,7 +23,7 @@ use crate::forward::Forwarded;
 use crate::metrics::{DirectionLabel, Metrics, SourceLabel, VerbCode};
 use crate::pattern::PatternKey;
 use crate::predict::{Completion, Outcome, PatternStore, Prediction};
-use crate::status::ProxyError;
+use crate::status::{ErrorSource, ProxyError};
 use crate::Body;
 
 pub use body::{CountedBody, Tally, INITIAL_EVENTS_END};
@@ -112,6 +113,15 @@ impl Observer {
         let code =
             StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         self.count(&e.verb, code, outcome.bytes);
+        // The upstream cut the body short (reset, closed mid-stream): the client got its
+        // status, then a broken body; that is an upstream error as much as a 502 is.
+        if outcome.completion == Completion::Error {
+            m.errors
+                .get_or_create(&SourceLabel {
+                    source: ErrorSource::Upstream.as_str(),
+                })
+                .inc();
+        }
         if !e.long_running {
             m.per_verb
                 .duration(m, e.verb, outcome.latency.as_secs_f64());

@@ -457,6 +457,18 @@ impl Running {
             .expect("drain finishes")
             .expect("serve task");
     }
+
+    /// Shut down and wait for the drain up to `within`: `None` if it is still
+    /// draining then, else how the serve task ended (a panic is an `Err`).
+    pub async fn stop_within(
+        mut self,
+        within: Duration,
+    ) -> Option<Result<(), tokio::task::JoinError>> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(within, &mut self.task).await.ok()
+    }
 }
 
 /// A config pointing at `upstreams`, draining instantly, health checks fast.

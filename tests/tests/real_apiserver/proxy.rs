@@ -55,6 +55,7 @@ impl Stack {
                 "--upstream-client-key".into(),
                 kube.var("KUBE_ADMIN_KEY")?.into(),
             ],
+            ..TollgateOptions::default()
         };
         let tollgate = TollgateProcess::start(&options)?;
         Ok(Self {
