@@ -4,7 +4,8 @@
 //! - [`sim`]: the simulated kube-apiserver (`tollgate-bench sim`).
 //! - [`capacity`]: the capacity search (`tollgate-bench capacity`).
 //! - [`report`]: the HTML and Markdown reports (`tollgate-bench report`).
-//! - [`demo`]: the four-run demo (`tollgate-bench demo`).
+//! - [`demo`]: the demo (`tollgate-bench demo`): a LIST storm without tollgate, through its
+//!   adaptive default and through static pools, with each run's goodput.
 //! - [`cli`]: the command line's argument structs, turned into the settings the others take.
 //! - [`process`]: child processes and `/metrics` scrapes the demo and capacity runs share.
 #![forbid(unsafe_code)]

@@ -1,9 +1,11 @@
 //! `tollgate-bench demo --quick` end to end (what CI runs), and the capacity search over cluster
-//! sizes with its sizing report. The demo: the four runs on the modeled simulated control
-//! plane with the real binaries (heartbeats only, direct and through tollgate; the LIST storm
-//! without and through tollgate), then
-//! - `summary.json` holds the four runs, each with loadgen's summary for that run, the
-//!   headline and the two headline ratios (computed from the headline's own p99s);
+//! sizes with its sizing report. The demo: the runs on the modeled simulated control plane
+//! with the real binaries (heartbeats only, direct and through tollgate; the LIST storm
+//! without tollgate, through tollgate's default adaptive budget, and through two static pools
+//! for the best one), then
+//! - `summary.json` holds the runs, each with loadgen's summary for that run, the headline
+//!   (goodput per run beside the heartbeat p50/p99) and the headline ratios (computed from the
+//!   headline's own figures, the target being tollgate's default adaptive one);
 //! - the ordering holds with loose bounds: the direct baseline's heartbeat PATCH p99 is the
 //!   best, the baseline through tollgate beats the unprotected storm, and the protected run is
 //!   better than the unprotected one (lower p99, or the unprotected apiserver crashed and the
@@ -161,18 +163,42 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
         stdout.contains(&page.display().to_string()),
         "the demo did not say where the report is:\n{stdout}"
     );
-    assert!(stderr.contains("[4/4]"), "no progress shown:\n{stderr}");
+    assert!(stderr.contains("[6/6]"), "no progress shown:\n{stderr}");
 
-    // summary.json: four runs, each with loadgen's summary, the headline and its ratios.
+    // summary.json: four runs and two static pools, each with loadgen's summary, the headline
+    // and its ratios.
     let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
     let s: serde_json::Value = serde_json::from_str(&text).expect("summary.json is JSON");
     assert_eq!(s["schema"], "tollgate.demo/v1");
     let runs = s["runs"].as_array().expect("runs");
     let names: Vec<&str> = runs.iter().filter_map(|r| r["name"].as_str()).collect();
     assert_eq!(
-        names,
+        names[..4],
         ["baseline", "baseline-tollgate", "unprotected", "protected"]
     );
+    assert_eq!(names.len(), 6, "{names:?}");
+    assert!(
+        names[4..].iter().all(|n| n.starts_with("static-")),
+        "{names:?}"
+    );
+    // The protected run is tollgate's default (adaptive, no pool set by hand); the static
+    // pools say so.
+    assert_eq!(
+        runs[3]["tollgateArgs"],
+        serde_json::json!(["--mode", "enforce"])
+    );
+    for r in &runs[4..] {
+        let args: Vec<&str> = r["tollgateArgs"]
+            .as_array()
+            .expect("tollgateArgs")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        assert!(
+            args.windows(2).any(|w| w == ["--quota-mode", "static"]),
+            "{args:?}"
+        );
+    }
     for r in runs {
         assert_eq!(r["loadgen"]["schema"], "loadgen.summary/v1", "{r:#}");
         let ops: Vec<&str> = r["loadgen"]["operations"]
@@ -182,11 +208,12 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
             .filter_map(|o| o["name"].as_str())
             .collect();
         assert!(ops.contains(&"patch"), "{ops:?}");
-        let storm = r["name"] == "unprotected" || r["name"] == "protected";
+        let name = r["name"].as_str().unwrap_or_default();
+        let storm = name == "unprotected" || name == "protected" || name.starts_with("static-");
         assert_eq!(ops.contains(&"list"), storm, "{ops:?}");
         assert_eq!(
             r["throughTollgate"].as_bool(),
-            Some(r["name"] == "baseline-tollgate" || r["name"] == "protected"),
+            Some(name == "baseline-tollgate" || name == "protected" || name.starts_with("static-")),
             "{r:#}"
         );
     }
@@ -247,7 +274,46 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
         ),
         "{report}"
     );
-    assert_eq!(ratios["protectedTarget"], 1.5, "{report}");
+    // The protected target is tollgate's default adaptive one: p99 ≤ max(2 × the baseline
+    // through tollgate, 50 ms), as a ratio to that baseline.
+    let target_ms = (2.0 * p99(base_tg)).max(50.0);
+    assert!(
+        close(f(&ratios["protectedTargetMs"]), target_ms),
+        "{report}"
+    );
+    assert!(
+        close(f(&ratios["protectedTarget"]), target_ms / p99(base_tg)),
+        "{report}"
+    );
+    // Goodput: the protected run's against the best static pool within the target.
+    let statics: Vec<&serde_json::Value> = s["headline"]
+        .as_array()
+        .expect("headline")
+        .iter()
+        .filter(|h| h["run"].as_str().is_some_and(|r| r.starts_with("static-")))
+        .collect();
+    assert_eq!(statics.len(), 2, "{report}");
+    assert_eq!(ratios["staticPoolsTried"], 2, "{report}");
+    let within = |h: &serde_json::Value| h["withinTarget"] == true;
+    let best = statics
+        .iter()
+        .filter(|h| within(h))
+        .max_by(|a, b| f(&a["listsServedPerMinute"]).total_cmp(&f(&b["listsServedPerMinute"])));
+    match best {
+        Some(b) => {
+            assert_eq!(ratios["bestStatic"], b["title"], "{report}");
+            if f(&b["listsServedPerMinute"]) > 0.0 {
+                assert!(
+                    close(
+                        f(&ratios["protectedVsBestStatic"]),
+                        f(&prot["listsServedPerMinute"]) / f(&b["listsServedPerMinute"])
+                    ),
+                    "{report}"
+                );
+            }
+        }
+        None => assert!(ratios["bestStatic"].is_null(), "{report}"),
+    }
     assert_eq!(ratios["unprotectedTarget"], 10.0, "{report}");
     assert_eq!(
         crashes(prot),
@@ -288,6 +354,24 @@ fn quick_demo_orders_the_runs_and_its_page_shows_the_charts() {
         assert!(
             dom.contains(&format!("<td>{shown}</td>")),
             "PATCH p99 {shown} of {title} missing from the page"
+        );
+    }
+    // Goodput per run, beside the heartbeat p99 and p50.
+    assert!(
+        dom.contains("<th>LISTs served/min (goodput)</th>"),
+        "no goodput column on the page"
+    );
+    for hl in s["headline"].as_array().expect("headline") {
+        let title = hl["title"].as_str().expect("title");
+        let g = bench::report::fmt((f(&hl["listsServedPerMinute"]) * 10.0).round() / 10.0);
+        let row = format!(
+            "<td>{}</td><td>{}</td><td>{g}</td>",
+            bench::report::fmt(p99(hl)),
+            bench::report::fmt(f(&hl["patchP50Ms"]))
+        );
+        assert!(
+            dom.contains(&row),
+            "{title}'s goodput {g} missing from the page"
         );
     }
     let ratio = format!("{:.2}×", f(&ratios["protectedVsTollgateBaseline"]));

@@ -4,6 +4,7 @@
 //! (`report.html`, `report.md`). With `clusterSize`, it does so for each size under
 //! `sizes/<size>/` and writes the sizing recommendation (`sizing.json` and the report) on top.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
@@ -11,9 +12,10 @@ use serde::Serialize;
 
 use super::execution::{number, ClusterSize, Execution};
 use super::experiment::{self, Binaries};
+use super::goodput::{self, Objective, Served};
 use super::results::ResultsFile;
-use super::search::{Cell, Metric, Step};
-use crate::report::capacity::Sizing;
+use super::search::{Cell, Metric, Step, Verdicts};
+use crate::report::capacity::{ExperimentPoint, Point, Sizing};
 
 /// The finished metric, as written to `capacity.json`.
 #[derive(Debug, Serialize)]
@@ -22,23 +24,24 @@ pub struct Outcome {
     pub execution: String,
     pub fingerprint: String,
     pub metric: Metric,
+    /// What a capacity maximises: `goodput` (LISTs served per minute) with tollgate in front,
+    /// `offeredLoad` without, and for demand.
+    pub maximises: Objective,
     pub load_name: String,
     pub resource_name: String,
-    /// Capacity: per resource value, the highest load meeting the SLOs (null: none).
-    /// Demand: per load value, the least resource amount meeting them (null: none).
-    pub values: Vec<MetricPoint>,
+    /// Capacity: per resource value, the highest offered load meeting the SLOs, or with
+    /// `maximises: goodput` the most LISTs served per minute among the experiments meeting
+    /// them (null: none). Demand: per load value, the least resource amount meeting them. Each
+    /// with the offered load and what was served in the experiment it was read off.
+    pub values: Vec<Point>,
     /// Every experiment's verdict: grid[load][resource] (null: not run).
     pub grid: Vec<Vec<Option<bool>>>,
+    /// Every experiment run, with what it served beside the load it was offered.
+    pub experiments: Vec<ExperimentPoint>,
     pub loads: Vec<f64>,
     pub resources: Vec<f64>,
     pub experiments_run_now: usize,
     pub experiments_replayed: usize,
-}
-
-#[derive(Debug, Serialize)]
-pub struct MetricPoint {
-    pub at: f64,
-    pub value: Option<f64>,
 }
 
 /// Runs the command on the execution file `execution`, writing into `output`, until it
@@ -50,6 +53,9 @@ pub async fn main(
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let exec = Execution::load(execution)?;
+    for w in exec.warnings() {
+        eprintln!("capacity: warning: {w}");
+    }
     let bins = Binaries::beside_current_exe()?;
     let work = async {
         match &exec.cluster_size {
@@ -194,8 +200,15 @@ pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Re
                             )
                         })
                         .collect();
+                    let served = record.served.map_or(String::new(), |s| {
+                        format!(
+                            "; served {} LISTs/min, {} MB",
+                            number((s.lists_per_minute * 10.0).round() / 10.0),
+                            number((s.bytes as f64 / 1e5).round() / 10.0)
+                        )
+                    });
                     eprintln!(
-                        "capacity:   {} in {:.0} s: {}",
+                        "capacity:   {} in {:.0} s: {}{served}",
                         if record.ok { "PASS" } else { "FAIL" },
                         record.seconds,
                         detail.join("; ")
@@ -207,6 +220,7 @@ pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Re
         }
     };
     let verdicts = results.verdicts(exec.repetitions);
+    let served = results.served(exec.repetitions);
     let grid = (0..nl)
         .map(|l| {
             (0..nr)
@@ -221,26 +235,31 @@ pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Re
                 .collect()
         })
         .collect();
-    let (at, of) = match exec.search.metric {
-        Metric::Capacity => (&exec.resource.values, &exec.load.values),
-        Metric::Demand => (&exec.load.values, &exec.resource.values),
+    let maximises = match exec.search.metric {
+        // Results replayed from before goodput was recorded can only say the offered load.
+        Metric::Capacity if !served.is_empty() => Objective::of(exec),
+        _ => Objective::OfferedLoad,
     };
-    let values = at
+    let values = metric_points(exec, &metric, maximises, &verdicts, &served);
+    let experiments = verdicts
         .iter()
-        .zip(&metric)
-        .map(|(a, m)| MetricPoint {
-            at: *a,
-            value: m.map(|i| of[i]),
+        .map(|(cell, ok)| ExperimentPoint {
+            load: exec.load.values[cell.load],
+            resource: exec.resource.values[cell.resource],
+            ok: *ok,
+            served: served.get(cell).copied(),
         })
         .collect();
     let outcome = Outcome {
         execution: exec.name.clone(),
         fingerprint: exec.fingerprint(),
         metric: exec.search.metric,
+        maximises,
         load_name: exec.load.name.clone(),
         resource_name: exec.resource.name.clone(),
         values,
         grid,
+        experiments,
         loads: exec.load.values.clone(),
         resources: exec.resource.values.clone(),
         experiments_run_now: ran,
@@ -252,25 +271,66 @@ pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Re
     Ok(outcome)
 }
 
+/// The metric read off each row or column, with the experiment it was read off: capacity
+/// per resource value (the chosen load by [`goodput::chosen`]), demand per load value.
+fn metric_points(
+    exec: &Execution,
+    metric: &[Option<usize>],
+    maximises: Objective,
+    verdicts: &Verdicts,
+    served: &BTreeMap<Cell, Served>,
+) -> Vec<Point> {
+    let (loads, resources) = (&exec.load.values, &exec.resource.values);
+    let point = |at: f64, cell: Option<Cell>, value: Option<f64>| {
+        let served = cell.and_then(|c| served.get(&c).copied());
+        Point {
+            at,
+            value: match maximises {
+                Objective::Goodput => served.map(|s| s.lists_per_minute),
+                Objective::OfferedLoad => value,
+            },
+            load: cell.map(|c| loads[c.load]),
+            served,
+        }
+    };
+    match exec.search.metric {
+        Metric::Capacity => resources
+            .iter()
+            .zip(metric)
+            .enumerate()
+            .map(|(r, (at, capacity))| {
+                let cell = |load| Cell { load, resource: r };
+                let load = goodput::chosen(maximises, *capacity, |l| {
+                    Some((*verdicts.get(&cell(l))?, served.get(&cell(l)).copied()))
+                });
+                point(*at, load.map(cell), load.map(|l| loads[l]))
+            })
+            .collect(),
+        Metric::Demand => loads
+            .iter()
+            .zip(metric)
+            .enumerate()
+            .map(|(l, (at, demand))| {
+                let cell = demand.map(|resource| Cell { load: l, resource });
+                point(*at, cell, demand.map(|r| resources[r]))
+            })
+            .collect(),
+    }
+}
+
 /// The metric as a table, and the grid of verdicts as Theodolite draws it (loads up, resources
 /// across; ✓ pass, ✗ fail, · not run).
 pub fn summary_markdown(exec: &Execution, o: &Outcome) -> String {
+    use crate::report::capacity as rc;
     let mut s = format!("# Capacity: {}\n\n", exec.name);
-    let (at_name, of_name, what) = match o.metric {
-        Metric::Capacity => (
-            &o.resource_name,
-            &o.load_name,
-            "highest load meeting the SLOs",
-        ),
-        Metric::Demand => (
-            &o.load_name,
-            &o.resource_name,
-            "least resources meeting the SLOs",
-        ),
+    let metric = match o.metric {
+        Metric::Capacity => "capacity",
+        Metric::Demand => "demand",
     };
     s.push_str(&format!(
-        "Metric: **{:?}** ({what}); search {:?}{}; {} experiments run now, {} replayed.\n\n",
+        "Metric: **{:?}** ({}); search {:?}{}; {} experiments run now, {} replayed.\n\n",
         o.metric,
+        rc::metric_meaning(metric, o.maximises),
         exec.search.strategy,
         if exec.search.lower_bound {
             " with lower-bound restriction"
@@ -280,16 +340,18 @@ pub fn summary_markdown(exec: &Execution, o: &Outcome) -> String {
         o.experiments_run_now,
         o.experiments_replayed
     ));
-    s.push_str(&format!("| {at_name} | {of_name} |\n|---|---|\n"));
-    for p in &o.values {
-        s.push_str(&format!(
-            "| {} | {} |\n",
-            number(p.at),
-            p.value.map_or("none".into(), number)
-        ));
-    }
+    s.push_str(
+        &rc::metric_table(
+            metric,
+            o.maximises,
+            &o.load_name,
+            &o.resource_name,
+            &o.values,
+        )
+        .markdown(),
+    );
     s.push('\n');
-    s.push_str(&crate::report::capacity::verdict_grid_markdown(
+    s.push_str(&rc::verdict_grid_markdown(
         &o.load_name,
         &o.resource_name,
         &o.loads,

@@ -5,7 +5,7 @@
 //! name: list-storm
 //! sut:
 //!   sim: {args: [--nodes, "1000", --pods, "30000", --cost-model, modeled]}
-//!   tollgate: {args: [--mode, enforce, --quota-bytes-per-second, "{resource}"]}
+//!   tollgate: {args: [--mode, enforce, --quota-mode, static, --quota-bytes-per-second, "{resource}"]}
 //! loadgen:
 //!   seed: []                         # `loadgen seed` arguments run once per experiment, if any
 //!   args: [--patches, 100/s, --patch-target, node-status, --lists, "{load}/min", -A]
@@ -268,6 +268,30 @@ impl Execution {
         Ok(())
     }
 
+    /// What the execution probably did not mean, to say before it runs: a hand-set
+    /// `--quota-bytes-per-second` without `--quota-mode` is only the ceiling of tollgate's
+    /// adaptive budget (its default), not a fixed pool.
+    pub fn warnings(&self) -> Vec<String> {
+        let Some(tg) = &self.sut.tollgate else {
+            return Vec::new();
+        };
+        let has = |flag: &str| {
+            tg.args
+                .iter()
+                .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        };
+        if has("--quota-bytes-per-second") && !has("--quota-mode") && !has("--config") {
+            vec![
+                "sut.tollgate sets --quota-bytes-per-second without --quota-mode: tollgate's \
+                 default adaptive budget takes it as a ceiling; add `--quota-mode, static` to \
+                 search a fixed pool"
+                    .into(),
+            ]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// The execution of one cluster size: its sim arguments appended, no cluster sizes.
     pub fn for_size(&self, size: &ClusterSizeValue) -> Execution {
         let mut e = self.clone();
@@ -381,6 +405,23 @@ search: {metric: capacity, strategy: binary, lowerBound: true}
         assert!(err.contains("clusterSize.targetLoad"), "{err}");
         let bad = GOOD.to_owned() + "clusterSize:\n  sizes: [{size: 2}, {size: 1}]\n";
         assert!(parse(&bad).unwrap_err().to_string().contains("ascending"));
+    }
+
+    #[test]
+    fn a_hand_set_pool_without_a_quota_mode_is_warned_about() {
+        let with = |args: &str| {
+            parse(&GOOD.replace(
+                "loadgen:",
+                &format!("  tollgate: {{args: [{args}]}}\nloadgen:"),
+            ))
+            .unwrap()
+            .warnings()
+        };
+        let w = with("--mode, enforce, --quota-bytes-per-second, \"{resource}\"");
+        assert!(w.len() == 1 && w[0].contains("--quota-mode"), "{w:?}");
+        assert!(with("--quota-mode, static, --quota-bytes-per-second, \"5\"").is_empty());
+        assert!(with("--mode, enforce").is_empty());
+        assert!(parse(GOOD).unwrap().warnings().is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! One SLO experiment: start the system under test for one (load, resource) cell, run loadgen
-//! against it, check the SLOs on its `summary.json`, stop everything. Through tollgate, its
+//! against it, check the SLOs on its `summary.json` and read what it served (LISTs answered 2xx
+//! per minute and their bytes: [`super::goodput`]), stop everything. Through tollgate, its
 //! quota pool level is sampled each second into the experiment's `quota.csv` (the report
 //! charts it).
 //!
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::process::{run_ok, start, word_after, Scraper, Started};
 
 use super::execution::{number, substitute, Execution};
+use super::goodput::Served;
 use super::results::{Record, SloOutcome};
 use super::samples;
 use super::search::Cell;
@@ -105,6 +107,7 @@ pub async fn run(
 
     let slos = check_slos(exec, &summary);
     let ok = slos.iter().all(|s| s.ok);
+    let served = Served::of(&summary);
     Ok(Record {
         load,
         load_index: cell.load,
@@ -113,6 +116,7 @@ pub async fn run(
         repetition,
         ok,
         slos,
+        served: Some(served),
         output: dir
             .strip_prefix(output)
             .ok()

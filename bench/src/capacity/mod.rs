@@ -6,6 +6,8 @@
 //! - [`search`]: the strategies (full, linear, binary, lower-bound restriction), stateless so
 //!   a rerun replays stored results and continues where it stopped.
 //! - [`slo`]: SLOs checked against loadgen's `summary.json`.
+//! - [`goodput`]: what a run served (LISTs answered 2xx per minute, their bytes) and, with
+//!   tollgate in front, the experiment with the most of it read off as the capacity.
 //! - [`results`]: the append-only results file that replay reads.
 //! - [`experiment`]: one experiment: start the system under test, run loadgen, check SLOs.
 //! - [`samples`]: metrics sampled each second during an experiment (tollgate's quota pool).
@@ -14,6 +16,7 @@
 pub mod command;
 pub mod execution;
 pub mod experiment;
+pub mod goodput;
 pub mod results;
 pub mod samples;
 pub mod search;

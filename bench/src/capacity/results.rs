@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::goodput::Served;
 use super::search::{Cell, Verdicts};
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +61,10 @@ pub struct Record {
     /// Each SLO's measured value and verdict, for the reports.
     #[serde(default)]
     pub slos: Vec<SloOutcome>,
+    /// What the run served: LISTs answered 2xx per minute and their bytes (none in records
+    /// written before goodput was recorded).
+    #[serde(flatten)]
+    pub served: Option<Served>,
     /// Where the experiment's loadgen output is (relative to the results file).
     #[serde(default)]
     pub output: Option<String>,
@@ -213,6 +218,19 @@ impl ResultsFile {
         by
     }
 
+    /// What each experiment with all its repetitions recorded served at least (see
+    /// [`Served::least`]); cells whose records predate goodput have none.
+    pub fn served(&self, repetitions: u32) -> BTreeMap<Cell, Served> {
+        self.repetitions()
+            .into_iter()
+            .filter(|(_, rs)| rs.len() >= repetitions as usize)
+            .filter_map(|(cell, rs)| {
+                let all: Option<Vec<Served>> = rs.iter().map(|r| r.served).collect();
+                Some((cell, Served::least(all?)?))
+            })
+            .collect()
+    }
+
     /// The verdict of every experiment with all its repetitions recorded: it passes when every
     /// repetition met every SLO (capacity planning wants the load that holds every time).
     pub fn verdicts(&self, repetitions: u32) -> Verdicts {
@@ -244,6 +262,7 @@ mod tests {
             repetition,
             ok,
             slos: vec![],
+            served: None,
             output: None,
             started: String::new(),
             seconds: 1.0,

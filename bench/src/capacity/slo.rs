@@ -22,12 +22,18 @@ pub struct Summary {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct OperationSummary {
     pub name: String,
+    /// `LIST`, `LIST(rv=0)`, `PATCH`, …; empty in summaries that name none.
+    #[serde(default)]
+    pub verb: String,
     pub requests: u64,
     #[serde(default)]
     pub errors: u64,
     #[serde(default)]
     pub status_codes: BTreeMap<String, u64>,
     pub latency_ms: Latency,
+    /// Response body bytes of all its answers.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -172,17 +178,20 @@ fn measure(m: Measure, ops: &[&OperationSummary], duration_s: f64) -> f64 {
         }
         Measure::Rate429 => rate(ops.iter().map(|o| count(o, |c| c == 429)).sum()),
         Measure::Rejected429 => ops.iter().map(|o| count(o, |c| c == 429)).sum::<u64>() as f64,
-        Measure::OkPerMinute => {
-            let ok: u64 = ops
-                .iter()
-                .map(|o| count(o, |c| (200..300).contains(&c)))
-                .sum();
-            if duration_s > 0.0 {
-                ok as f64 * 60.0 / duration_s
-            } else {
-                0.0
-            }
-        }
+        Measure::OkPerMinute => ok_per_minute(ops, duration_s),
+    }
+}
+
+/// Answers 2xx per minute of a run whose schedule lasted `duration_s`.
+pub fn ok_per_minute(ops: &[&OperationSummary], duration_s: f64) -> f64 {
+    let ok: u64 = ops
+        .iter()
+        .map(|o| count(o, |c| (200..300).contains(&c)))
+        .sum();
+    if duration_s > 0.0 {
+        ok as f64 * 60.0 / duration_s
+    } else {
+        0.0
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::demo::DemoConfig;
 use std::path::PathBuf;
 
-/// `tollgate-bench demo`: the four runs' sizes, load and tollgate settings.
+/// `tollgate-bench demo`: the runs' sizes, load and tollgate settings.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
     /// Directory for the report (report.html, summary.md, summary.json) and each run's files.
@@ -18,7 +18,7 @@ pub struct DemoArgs {
     /// Pods it starts with (~2 KB of JSON each) [default: 30000; --quick: 10000].
     #[arg(long)]
     pub pods: Option<u64>,
-    /// Length of each of the four runs, in seconds [default: 50; --quick: 10].
+    /// Length of each run, in seconds [default: 35; --quick: 10].
     #[arg(long)]
     pub seconds: Option<u64>,
     /// Consistent LIST-all-pods per minute in the storm [default: 180; --quick: 600].
@@ -30,13 +30,19 @@ pub struct DemoArgs {
     /// Heartbeat status PATCHes per second, all nodes together.
     #[arg(long, default_value_t = 100.0)]
     pub patches_per_second: f64,
-    /// Tollgate's quota refill rate in the protected run, bytes/s [default: 5000000, about 2
-    /// LISTs of every pod per minute at 30,000 pods; --quick: 20000000, about 20 at 10,000].
+    /// A static pool for the protected run instead of tollgate's default adaptive budget:
+    /// its refill rate, bytes/s (tollgate gets `--quota-mode static`) [default: none, the
+    /// adaptive budget].
     #[arg(long)]
     pub quota_bytes_per_second: Option<u64>,
-    /// Tollgate's quota burst, bytes [default: about one LIST of every pod: pods × 8400].
+    /// The burst of the static pools (the searched ones, and the one set by hand), bytes
+    /// [default: about one LIST of every pod: pods × 8400].
     #[arg(long)]
     pub quota_burst_bytes: Option<u64>,
+    /// Static pools to run the storm through in the search for the best one (its goodput is
+    /// the protected run's yardstick); 0: not measured [default: 2].
+    #[arg(long)]
+    pub static_pools: Option<usize>,
     /// The modeled apiserver's memory limit (the sim's --memory-limit).
     #[arg(long, default_value = "8Gi")]
     pub memory_limit: String,
@@ -55,6 +61,7 @@ impl DemoArgs {
             patches_per_second: self.patches_per_second,
             quota_bytes_per_second: self.quota_bytes_per_second,
             quota_burst_bytes: self.quota_burst_bytes,
+            static_pools: self.static_pools,
             memory_limit: self.memory_limit,
         }
     }
@@ -91,5 +98,28 @@ mod tests {
             .tollgate_args
             .windows(2)
             .any(|w| w[0] == "--mode" && w[1] == "enforce"));
+        // The protected run is tollgate's default: no pool set by hand, so adaptive.
+        assert_eq!(full.setup.tollgate_args, ["--mode", "enforce"]);
+        assert_eq!(full.setup.quota_bytes_per_second, None);
+        assert_eq!(full.setup.static_pools, 2);
+        // A pool set by hand is a static one.
+        let hand = plan(
+            &Cli::parse_from(["x", "--quota-bytes-per-second", "5000000"])
+                .demo
+                .into_config(),
+        );
+        let a = &hand.setup.tollgate_args;
+        assert!(
+            a.windows(2).any(|w| w == ["--quota-mode", "static"])
+                && a.windows(2)
+                    .any(|w| w == ["--quota-bytes-per-second", "5000000"]),
+            "{a:?}"
+        );
+        let none = plan(
+            &Cli::parse_from(["x", "--static-pools", "0"])
+                .demo
+                .into_config(),
+        );
+        assert_eq!(none.setup.static_pools, 0);
     }
 }

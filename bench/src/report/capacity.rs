@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::loadgen::{read_samples, LoadgenRun};
 use super::svg::{verdict_grid, Chart, Series};
 use super::{fmt, Block, Document, ReportError, Table};
+use crate::capacity::goodput::{Objective, Served};
 use crate::capacity::results::Record;
 
 /// `capacity.json`, as `capacity::command` writes it.
@@ -22,18 +23,42 @@ use crate::capacity::results::Record;
 pub struct CapacityJson {
     pub execution: String,
     pub metric: String,
+    /// Absent in files written before goodput: the offered load.
+    #[serde(default)]
+    pub maximises: Objective,
     pub load_name: String,
     pub resource_name: String,
     pub values: Vec<Point>,
     pub grid: Vec<Vec<Option<bool>>>,
+    #[serde(default)]
+    pub experiments: Vec<ExperimentPoint>,
     pub loads: Vec<f64>,
     pub resources: Vec<f64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// The metric at one value of the outer dimension, and the experiment it was read off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Point {
     pub at: f64,
     pub value: Option<f64>,
+    /// The offered load of that experiment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<f64>,
+    /// What it served.
+    #[serde(flatten)]
+    pub served: Option<Served>,
+}
+
+/// One experiment's verdict (over all its repetitions) and what it served.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExperimentPoint {
+    pub load: f64,
+    pub resource: f64,
+    pub ok: bool,
+    #[serde(flatten)]
+    pub served: Option<Served>,
 }
 
 /// `sizing.json`: what each cluster size needed, and the fit.
@@ -111,7 +136,9 @@ pub fn linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
 }
 
 /// From one size's outcome, the least resource amount that sustains `target_load`: demand at
-/// that load, or the smallest resource whose capacity reaches it.
+/// that load, or the smallest resource whose capacity reaches it — with tollgate in front
+/// (`maximises: goodput`), whose LISTs served per minute reach it: a load tollgate mostly
+/// answers with 429s is not sustained.
 pub fn needed(c: &CapacityJson, target_load: f64) -> Option<f64> {
     if c.metric == "demand" {
         c.values
@@ -136,9 +163,10 @@ pub fn quota_settings(s: &Sizing, fit: Fit) -> String {
     };
     let base = fit.intercept.max(0.0).round();
     let per = fit.slope.max(0.0).round();
+    // The fit measured fixed pools: in the adaptive mode (the default) these would be ceilings.
     format!(
-        "quota:\n  bytesPerSecond: {base}          # the fit's intercept{}\n  burstBytes: {}\n  \
-         scaling:\n    mode: {mode}\n    bytesPerSecondPerUnit: {per}   # per {}\n    \
+        "quota:\n  mode: static\n  bytesPerSecond: {base}          # the fit's intercept{}\n  \
+         burstBytes: {}\n  scaling:\n    mode: {mode}\n    bytesPerSecondPerUnit: {per}   # per {}\n    \
          burstBytesPerUnit: {}\n",
         if fit.intercept < 0.0 {
             " (negative, clamped to 0)"
@@ -186,33 +214,80 @@ pub fn document(dir: &Path) -> Result<Document, ReportError> {
     let c = read_capacity(dir)?;
     let mut doc = Document {
         title: format!("Capacity: {}", c.execution),
-        headline: metric_table(&c),
+        headline: headline_of(&c),
         blocks: vec![],
     };
     doc.blocks.extend(capacity_blocks(dir, &c, ""));
     Ok(doc)
 }
 
-fn metric_table(c: &CapacityJson) -> Table {
-    let (at, of) = if c.metric == "demand" {
-        (
-            &c.load_name,
-            format!("least {} meeting the SLOs", c.resource_name),
-        )
-    } else {
-        (
-            &c.resource_name,
-            format!("highest {} meeting the SLOs", c.load_name),
-        )
-    };
-    Table {
-        header: vec![at.clone(), of],
-        rows: c
-            .values
-            .iter()
-            .map(|p| vec![fmt(p.at), p.value.map_or("none".into(), fmt)])
-            .collect(),
+/// What the metric's value is, in a few words.
+pub fn metric_meaning(metric: &str, maximises: Objective) -> &'static str {
+    match (metric, maximises) {
+        ("demand", _) => "least resources meeting the SLOs",
+        (_, Objective::Goodput) => {
+            "most LISTs served per minute (goodput) among the experiments meeting the SLOs"
+        }
+        (_, Objective::OfferedLoad) => "highest load meeting the SLOs",
     }
+}
+
+/// The metric per value of the outer dimension, with the offered load and what was served in
+/// the experiment it was read off (also the table of the `summary.md` a capacity run writes).
+pub(crate) fn metric_table(
+    metric: &str,
+    maximises: Objective,
+    load_name: &str,
+    resource_name: &str,
+    values: &[Point],
+) -> Table {
+    let mut header = if metric == "demand" {
+        vec![
+            load_name.to_owned(),
+            format!("least {resource_name} meeting the SLOs"),
+        ]
+    } else if maximises == Objective::Goodput {
+        vec![
+            resource_name.to_owned(),
+            "LISTs served/min (goodput) within the SLOs".to_owned(),
+            format!("at {load_name}"),
+        ]
+    } else {
+        vec![
+            resource_name.to_owned(),
+            format!("highest {load_name} meeting the SLOs"),
+        ]
+    };
+    let goodput_column = maximises != Objective::Goodput || metric == "demand";
+    if goodput_column {
+        header.push("LISTs served/min".into());
+    }
+    header.push("served MB".into());
+    let none = || "none".to_owned();
+    let rows = values
+        .iter()
+        .map(|p| {
+            let mut row = vec![fmt(p.at), p.value.map_or_else(none, fmt)];
+            if !goodput_column {
+                row.push(p.load.map_or_else(none, fmt));
+            } else {
+                row.push(p.served.map_or("–".into(), |s| fmt(s.lists_per_minute)));
+            }
+            row.push(p.served.map_or("–".into(), |s| fmt(s.bytes as f64 / 1e6)));
+            row
+        })
+        .collect();
+    Table { header, rows }
+}
+
+fn headline_of(c: &CapacityJson) -> Table {
+    metric_table(
+        &c.metric,
+        c.maximises,
+        &c.load_name,
+        &c.resource_name,
+        &c.values,
+    )
 }
 
 fn grid_markdown(c: &CapacityJson) -> String {
@@ -283,28 +358,41 @@ fn capacity_blocks(dir: &Path, c: &CapacityJson, prefix: &str) -> Vec<Block> {
     blocks
 }
 
-/// The metric: capacity (load per resource amount) or demand (resource per load).
+/// The metric: capacity (load, or with tollgate goodput, per resource amount, beside the load
+/// offered) or demand (resource per load).
 fn metric_curve(c: &CapacityJson, prefix: &str) -> Chart {
+    let demand = c.metric == "demand";
+    let series = |name: &str, f: fn(&Point) -> Option<f64>| Series {
+        name: name.into(),
+        points: c
+            .values
+            .iter()
+            .filter_map(|p| Some((p.at, f(p)?)))
+            .collect(),
+    };
+    let goodput = !demand && c.maximises == Objective::Goodput;
     Chart {
         title: format!("{prefix}{} curve", capitalized(&c.metric)),
-        x_label: if c.metric == "demand" {
+        x_label: if demand {
             c.load_name.clone()
         } else {
             c.resource_name.clone()
         },
-        y_label: if c.metric == "demand" {
+        y_label: if demand {
             c.resource_name.clone()
+        } else if goodput {
+            format!("LISTs served/min; {}", c.load_name)
         } else {
             c.load_name.clone()
         },
-        series: vec![Series {
-            name: c.metric.clone(),
-            points: c
-                .values
-                .iter()
-                .filter_map(|p| Some((p.at, p.value?)))
-                .collect(),
-        }],
+        series: if goodput {
+            vec![
+                series("goodput (LISTs served/min)", |p| p.value),
+                series("offered load", |p| p.load),
+            ]
+        } else {
+            vec![series(&c.metric, |p| p.value)]
+        },
         log_y: false,
     }
 }
@@ -325,6 +413,8 @@ fn experiment_table(
             c.resource_name.clone(),
             "rep".into(),
             "verdict".into(),
+            "LISTs served/min".into(),
+            "served MB".into(),
         ],
         rows: vec![],
     };
@@ -338,6 +428,8 @@ fn experiment_table(
             fmt(r.resource),
             (r.repetition + 1).to_string(),
             if r.ok { "pass" } else { "fail" }.into(),
+            r.served.map_or("–".into(), |s| fmt(s.lists_per_minute)),
+            r.served.map_or("–".into(), |s| fmt(s.bytes as f64 / 1e6)),
         ];
         row.extend(r.slos.iter().map(|s| {
             format!(
@@ -506,7 +598,7 @@ fn sizing_document(dir: &Path, s: &Sizing) -> Result<Document, ReportError> {
         let sub = dir.join(&z.dir);
         if let Ok(c) = read_capacity(&sub) {
             blocks.push(Block::Heading(format!("{} {}", fmt(z.size), s.unit)));
-            blocks.push(Block::Table(metric_table(&c)));
+            blocks.push(Block::Table(headline_of(&c)));
             blocks.extend(capacity_blocks(
                 &sub,
                 &c,
@@ -540,6 +632,7 @@ mod tests {
         CapacityJson {
             execution: "e".into(),
             metric: metric.into(),
+            maximises: Objective::OfferedLoad,
             load_name: "l".into(),
             resource_name: "r".into(),
             values: values
@@ -547,9 +640,12 @@ mod tests {
                 .map(|(at, value)| Point {
                     at: *at,
                     value: *value,
+                    load: None,
+                    served: None,
                 })
                 .collect(),
             grid: vec![],
+            experiments: vec![],
             loads: vec![],
             resources: vec![],
         }
@@ -568,6 +664,57 @@ mod tests {
         // demand: per load, least resource
         let d = outcome("demand", &[(60.0, Some(10.0)), (120.0, Some(30.0))]);
         assert_eq!(needed(&d, 120.0), Some(30.0));
+    }
+
+    #[test]
+    fn the_goodput_table_puts_the_offered_load_beside_the_lists_served() {
+        let served = |g: f64, b: u64| {
+            Some(Served {
+                lists_per_minute: g,
+                bytes: b,
+            })
+        };
+        let points = [
+            Point {
+                at: 2.0,
+                value: Some(20.5),
+                load: Some(1920.0),
+                served: served(20.5, 3_000_000),
+            },
+            Point {
+                at: 4.0,
+                value: None,
+                load: None,
+                served: None,
+            },
+        ];
+        let t = metric_table(
+            "capacity",
+            Objective::Goodput,
+            "LIST calls/min",
+            "vCPUs",
+            &points,
+        );
+        assert_eq!(
+            t.header,
+            [
+                "vCPUs",
+                "LISTs served/min (goodput) within the SLOs",
+                "at LIST calls/min",
+                "served MB"
+            ]
+        );
+        assert_eq!(t.rows[0], ["2", "20.5", "1920", "3"]);
+        assert_eq!(t.rows[1], ["4", "none", "none", "–"]);
+        let mut plain = points[0].clone();
+        plain.value = Some(1920.0);
+        let t = metric_table("capacity", Objective::OfferedLoad, "l", "r", &[plain]);
+        assert_eq!(t.header[1], "highest l meeting the SLOs");
+        assert_eq!(t.rows[0], ["2", "1920", "20.5", "3"]);
+        // A capacity in goodput sustains a target load only when that many were served.
+        let mut c = outcome("capacity", &[(2.0, Some(20.5)), (4.0, Some(130.0))]);
+        c.maximises = Objective::Goodput;
+        assert_eq!(needed(&c, 120.0), Some(4.0));
     }
 
     #[test]
@@ -591,6 +738,10 @@ mod tests {
             },
         );
         assert!(q.contains("mode: containerProportional"), "{q}");
+        assert!(
+            q.contains("quota:\n  mode: static\n"),
+            "a fitted pool is fixed: {q}"
+        );
         assert!(q.contains("bytesPerSecondPerUnit: 1000"), "{q}");
         assert!(q.contains("clamped"), "{q}");
     }

@@ -82,7 +82,7 @@ pub struct Document {
 const MARKDOWN_CHART_ROWS: usize = 12;
 
 impl Table {
-    fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         let mut s = format!("| {} |\n|", self.header.join(" | "));
         s.push_str(&"---|".repeat(self.header.len()));
         s.push('\n');

@@ -88,6 +88,7 @@ fn a_demo_directory_renders_self_contained_with_its_numbers() {
             list_storm: storm,
             dir: format!("runs/{name}"),
             sim_restarts: u64::from(name == "unprotected"),
+            tollgate_args: vec![],
             loadgen: LoadgenRun::read(&run_dir.join("loadgen")).unwrap().summary,
         };
         let lg = LoadgenRun::read(&run_dir.join("loadgen")).unwrap();
@@ -107,8 +108,9 @@ fn a_demo_directory_renders_self_contained_with_its_numbers() {
             patches_per_second: 100.0,
             lists_per_minute: 120.0,
             duration_seconds: 20.0,
-            quota_bytes_per_second: 1,
+            quota_bytes_per_second: None,
             quota_burst_bytes: 2,
+            static_pools: 0,
             sim_args: vec![],
             tollgate_args: vec![],
             loadgen_args: vec![],
@@ -140,6 +142,10 @@ fn a_demo_directory_renders_self_contained_with_its_numbers() {
     }
     let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
     assert!(md.contains("| unprotected run | 4321 |"), "{md}");
+    // Goodput per run, beside the heartbeat p99 and p50: 20 LISTs served in 20 s, or none.
+    assert!(html.contains("<th>LISTs served/min (goodput)</th>"));
+    assert!(md.contains("| protected run | 15.5 | 5 | 60 |"), "{md}");
+    assert!(md.contains("| baseline run | 12 | 5 | 0 |"), "{md}");
     assert!(md.contains("Quota pool level"));
 }
 
