@@ -193,7 +193,8 @@ round_ratios() { # round_ratios small|big [PROXY [PEER]]
 }
 verdict() { awk -v r="$1" -v t="$2" 'BEGIN {print (r <= t ? "meets" : "misses")}'; }
 
-# The tollgate-before row and its ratios, when there is one (each line ends in a newline).
+# The tollgate-before row and its ratios, when there is one (empty otherwise; the section adds the
+# newline, since $(...) drops it).
 row() {
     [[ -n "${N[$1.small]:-}" ]] || return 0
     printf '| %s | %s µs | %s |%s | %s s | %s |\n' "$1" "$(us_per_req "$1")" "${N[$1.small]}" \
@@ -212,6 +213,8 @@ BIG_RATIO=$(ratio "$(s_per_gb tollgate)" "$(s_per_gb minproxy)")
 NGX_SMALL_RATIO=$(ratio "$(us_per_req nginx)" "$(us_per_req minproxy)")
 NGX_BIG_RATIO=$(ratio "$(s_per_gb nginx)" "$(s_per_gb minproxy)")
 CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+BEFORE_ROW=$(row tollgate-before)
+BEFORE_RATIOS=$(before_ratios)
 
 SECTION=$(cat <<EOF
 ## tollgate forwarding (issue 3)
@@ -231,12 +234,14 @@ the requests (small) or the bytes (GB = 10^9 B) wrk received.
 | proxy | CPU per small GET | small GETs | p99 per round (wrk) | CPU per GB streamed | GB streamed |
 |---|---|---|---|---|---|
 | minproxy | $(us_per_req minproxy) µs | ${N[minproxy.small]} |${P99[minproxy]} | $(s_per_gb minproxy) s | $(awk -v b="${B[minproxy.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
-$(row tollgate-before)| tollgate | $(us_per_req tollgate) µs | ${N[tollgate.small]} |${P99[tollgate]} | $(s_per_gb tollgate) s | $(awk -v b="${B[tollgate.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
+${BEFORE_ROW:+$BEFORE_ROW
+}| tollgate | $(us_per_req tollgate) µs | ${N[tollgate.small]} |${P99[tollgate]} | $(s_per_gb tollgate) s | $(awk -v b="${B[tollgate.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
 | nginx | $(us_per_req nginx) µs | ${N[nginx.small]} |${P99[nginx]} | $(s_per_gb nginx) s | $(awk -v b="${B[nginx.big]}" 'BEGIN {printf "%.1f", b / 1e9}') |
 
 - tollgate / minproxy per small GET: **$SMALL_RATIO×** (target ≤ $SMALL_TARGET×: $(verdict "$SMALL_RATIO" "$SMALL_TARGET")); per round: $(round_ratios small).
 - tollgate / minproxy per GB streamed: **$BIG_RATIO×** (target ≤ $BIG_TARGET×: $(verdict "$BIG_RATIO" "$BIG_TARGET")); per round: $(round_ratios big).
-$(before_ratios)- nginx / minproxy: $NGX_SMALL_RATIO× per small GET, $NGX_BIG_RATIO× per GB.
+${BEFORE_RATIOS:+$BEFORE_RATIOS
+}- nginx / minproxy: $NGX_SMALL_RATIO× per small GET, $NGX_BIG_RATIO× per GB.
 - tollgate observed $PATTERNS requests in \`/debug/patterns\` counts; its peak RSS (VmHWM) was $((RSS_KB / 1024)) MiB.
 - Latency and requests/s are not compared: the load average above says how little the 2 cores
   were ours. The p99 added at half of tollgate's maximum rate is measured open-loop by
