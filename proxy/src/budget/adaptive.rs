@@ -408,8 +408,8 @@ impl Controller {
         // Only a request admitted under the new level can show what it
         // does; an idle lane shows nothing (a level doubled while nothing
         // could run opened the gate wide on the real apiserver).
-        let shown = self.completions > 0
-            || now.saturating_duration_since(self.changed_at) >= MAX_HOLD;
+        let shown =
+            self.completions > 0 || now.saturating_duration_since(self.changed_at) >= MAX_HOLD;
         if !(watched && shown) {
             return Action::HoldEvidence;
         }

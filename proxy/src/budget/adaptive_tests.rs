@@ -376,10 +376,7 @@ fn a_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
     );
     assert_eq!(c.level(), 76.0 * MB);
     c.note_completion(t0 + ms(4500));
-    assert_eq!(
-        c.step(&waiting(10, 0.0), t0 + ms(6500)),
-        Action::Increase
-    );
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(6500)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB * SLOW_START_GROWTH);
     // A cut above one request ends slow start…
     assert_eq!(

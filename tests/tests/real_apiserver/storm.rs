@@ -145,6 +145,7 @@ fn default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lis
             "--upstream-client-key".into(),
             kube.var("KUBE_ADMIN_KEY")?.into(),
         ],
+        ..TollgateOptions::default()
     })?;
     let serving_ca = tollgate
         .serving_ca_file()?
