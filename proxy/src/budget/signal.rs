@@ -458,7 +458,8 @@ mod tests {
                     .map(|(_, run)| {
                         let mut v: Vec<u64> = run.iter().map(|s| s.1).collect();
                         v.sort_unstable();
-                        v[BASELINE_MIN_SAMPLES - 2]
+                        // Never the two largest: the third largest of 100.
+                        v[BASELINE_MIN_SAMPLES - 3]
                     })
                     .min();
                 if lowest.is_some() {
