@@ -13,14 +13,6 @@ use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 /// How long until the server closes `tcp` (EOF or reset), up to `within`.
 async fn closed_after(tcp: &mut TcpStream, within: Duration) -> Option<Duration> {
     let start = Instant::now();

@@ -14,14 +14,6 @@ use http_body_util::BodyExt;
 use tollgate::config::Mode;
 use tollgate::{Config, Flags};
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 fn file(upstream: &str, mode: &str, rate: &str) -> String {
     format!(
         "mode: {mode}\n\

@@ -28,14 +28,6 @@ async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
     (format!("https://{addr}"), task)
 }
 
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_and_a_watch_to_a_silent_upstream_get_504_within_the_connect_timeout() {
     let pki = Pki::new();

@@ -100,6 +100,16 @@ pub fn sha(data: &[u8]) -> String {
 }
 
 /// Poll `cond` until it holds or `deadline` passes.
+/// The value of one series in tollgate's metrics text, `series` being the
+/// name and labels exactly as encoded; NaN when absent.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 pub async fn eventually<F: FnMut() -> bool>(what: &str, deadline: Duration, mut cond: F) {
     let end = tokio::time::Instant::now() + deadline;
     while !cond() {
