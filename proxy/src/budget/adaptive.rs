@@ -397,21 +397,17 @@ impl Controller {
         // request (it runs alone): the next step up is one request at a
         // time. (A tenth under it is near enough: predictions drift.)
         let one_request = self.level < 0.9 * self.waiting.min(hi);
-        if one_request && self.phase == Phase::SlowStart {
-            // A cold start: nothing to watch yet.
-            self.change(self.waiting, now);
-            self.one_request = true;
-            self.increases += 1;
-            return Action::Increase;
-        }
-        let watched = now.saturating_duration_since(self.evidence_since) >= MIN_EVIDENCE;
-        // Only a request admitted under the new level can show what it
-        // does; an idle lane shows nothing (a level doubled while nothing
-        // could run opened the gate wide on the real apiserver).
-        let shown =
-            self.completions > 0 || now.saturating_duration_since(self.changed_at) >= MAX_HOLD;
-        if !(watched && shown) {
-            return Action::HoldEvidence;
+        // A cold start to one request has nothing to watch yet.
+        if !(one_request && self.phase == Phase::SlowStart) {
+            let watched = now.saturating_duration_since(self.evidence_since) >= MIN_EVIDENCE;
+            // Only a request admitted under the new level can show what it
+            // does; an idle lane shows nothing (a level doubled while nothing
+            // could run opened the gate wide on the real apiserver).
+            let shown =
+                self.completions > 0 || now.saturating_duration_since(self.changed_at) >= MAX_HOLD;
+            if !(watched && shown) {
+                return Action::HoldEvidence;
+            }
         }
         if one_request {
             self.change(self.waiting, now);
