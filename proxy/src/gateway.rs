@@ -167,6 +167,15 @@ impl Gateway {
         &self.inner.observer
     }
 
+    /// Learn which identity headers the apiserver trusts before serving
+    /// ([`crate::requestheader::learn_at_start`]); an error when tollgate must not start.
+    pub async fn learn_identity_headers(&self) -> Result<(), Error> {
+        let pool = &self.inner.pool;
+        crate::requestheader::learn_at_start(&self.config(), pool, pool.trusted_headers())
+            .await
+            .map_err(Error::IdentityHeaders)
+    }
+
     /// From now on `/readyz` says 503.
     pub fn begin_drain(&self) {
         self.inner.draining.store(true, Ordering::Relaxed);

@@ -2,18 +2,21 @@
 //!
 //! - A verified client certificate: user = CN, groups = O, as kube-apiserver
 //!   reads them. Forwarded through the front-proxy mechanism: tollgate's
-//!   front-proxy certificate plus `X-Remote-User` / `X-Remote-Group`.
+//!   front-proxy certificate plus the identity headers the apiserver reads
+//!   (`X-Remote-User` / `X-Remote-Group` unless it says otherwise: see
+//!   [`crate::requestheader`]).
 //! - A bearer token: forwarded as is; known to tollgate only by a hash (never
 //!   the token in logs or metrics) and, for service-account JWTs, by the
 //!   unverified `sub` claim (classification only, never authorization).
 //! - Nothing: forwarded without credentials, so the apiserver sees anonymous.
 //!
-//! `X-Remote-*` headers sent by clients are always stripped; `Impersonate-*`
+//! Identity headers sent by clients (`X-Remote-*` and every name the apiserver
+//! trusts) are always stripped ([`crate::requestheader`]); `Impersonate-*`
 //! headers are forwarded (the apiserver authorizes impersonation itself).
 
 use base64::Engine;
 use http::header::{AUTHORIZATION, USER_AGENT};
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::HeaderMap;
 use rustls::pki_types::CertificateDer;
 use sha2::{Digest, Sha256};
 
@@ -260,29 +263,6 @@ impl PeerCertificate {
     }
 }
 
-/// Remove client-sent `X-Remote-*` headers, then add the front-proxy headers
-/// for a certificate identity when `front_proxy` is set.
-pub fn rewrite_identity_headers(headers: &mut HeaderMap, identity: &Identity, front_proxy: bool) {
-    let spoofed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| name.as_str().starts_with("x-remote-"))
-        .cloned()
-        .collect();
-    for name in spoofed {
-        headers.remove(&name);
-    }
-    if let (true, Identity::Certificate { user, groups }) = (front_proxy, identity) {
-        if let Ok(v) = HeaderValue::from_str(user) {
-            headers.insert("x-remote-user", v);
-        }
-        for group in groups {
-            if let Ok(v) = HeaderValue::from_str(group) {
-                headers.append("x-remote-group", v);
-            }
-        }
-    }
-}
-
 /// The bearer token of an `Authorization: Bearer …` header.
 pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
@@ -313,6 +293,7 @@ pub fn service_account_claim(token: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -383,47 +364,5 @@ mod tests {
         assert!(id.needs_front_proxy());
         assert_eq!(Identity::of(None, &HeaderMap::new()), Identity::Anonymous);
         assert_eq!(Identity::Anonymous.class(), ClientClass::Anonymous);
-    }
-
-    #[test]
-    fn spoofed_remote_headers_are_stripped_and_replaced() {
-        let mut h = headers(&[
-            ("x-remote-user", "admin"),
-            ("x-remote-group", "system:masters"),
-            ("x-remote-extra-scopes", "x"),
-            ("impersonate-user", "bob"),
-        ]);
-        rewrite_identity_headers(&mut h, &Identity::Anonymous, true);
-        assert!(h.get("x-remote-user").is_none());
-        assert!(h.get("x-remote-group").is_none());
-        assert!(h.get("x-remote-extra-scopes").is_none());
-        assert_eq!(
-            h.get("impersonate-user").map(|v| v.as_bytes()),
-            Some(&b"bob"[..])
-        );
-
-        let mut h = headers(&[("x-remote-user", "admin")]);
-        let id = Identity::Certificate {
-            user: "alice".into(),
-            groups: vec!["dev".into(), "ops".into()],
-        };
-        rewrite_identity_headers(&mut h, &id, true);
-        assert_eq!(
-            h.get("x-remote-user").map(|v| v.as_bytes()),
-            Some(&b"alice"[..])
-        );
-        let groups: Vec<_> = h
-            .get_all("x-remote-group")
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        assert_eq!(groups, vec![&b"dev"[..], &b"ops"[..]]);
-
-        let mut h = HeaderMap::new();
-        rewrite_identity_headers(&mut h, &id, false);
-        assert!(
-            h.is_empty(),
-            "no front proxy configured: no identity headers"
-        );
     }
 }

@@ -14,7 +14,7 @@
 //! | pattern | [`pattern::PatternKey::new`] | the normalized key the request is learned under |
 //! | predict | [`predict::PatternCache::predict`] | the cost from the pattern cache or the resource priors |
 //! | admit | [`admit::lane`], [`admit::admit`] | the lane, then admit, queue or reject (429); unlearned heavy patterns one at a time |
-//! | forward | [`forward::forward`] | headers rewritten, sent to the least busy upstream (retried once), tunnels |
+//! | forward | [`forward::forward`] | headers rewritten (identity headers: [`requestheader`]), sent to the least busy upstream (retried once), tunnels |
 //! | observe | [`observe::Observer::observe`] | the body counted to its end: quota reconciled, pattern learned, metrics |
 //!
 //! Around them:
@@ -22,7 +22,8 @@
 //!   narrow handles: health checks ([`forward::UpstreamPool::health_loop`]),
 //!   the metrics [`scrape`], the heavy lane's dispatcher
 //!   ([`admit::Admission::dispatch_loop`]), the budget's controller
-//!   ([`admit::Admission::budget_loop`]), the [`containers`] count.
+//!   ([`admit::Admission::budget_loop`]), the [`containers`] count, the
+//!   identity headers the apiserver trusts ([`requestheader::learn_loop`]).
 //! - [`gateway`]: the shared state (configuration, upstream pool, pattern
 //!   store, admission, metrics) and reload.
 //! - [`enforce`]: the pure parts of admission (lanes, quota pool, fair
@@ -58,6 +59,7 @@ pub mod metrics;
 pub mod observe;
 pub mod pattern;
 pub mod predict;
+pub mod requestheader;
 pub mod scrape;
 pub mod server;
 pub mod status;
@@ -92,6 +94,8 @@ pub enum Error {
     },
     #[error("invalid upstream {url:?}: {reason}")]
     Upstream { url: String, reason: String },
+    #[error("{0}")]
+    IdentityHeaders(String),
 }
 
 /// Install ring as rustls' process-wide crypto provider. Idempotent.
@@ -121,6 +125,7 @@ pub async fn run(
         None => None,
     };
     let gateway = Gateway::new(config)?;
+    gateway.learn_identity_headers().await?;
     server::serve(gateway, listener, admin, shutdown).await;
     Ok(())
 }

@@ -125,6 +125,7 @@ fn check_address(setting: &str, addr: &str) -> anyhow::Result<()> {
 async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
     tollgate::install_crypto_provider();
     let gateway = Gateway::new(config.clone())?;
+    gateway.learn_identity_headers().await?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

@@ -1,7 +1,7 @@
 //! Serving and draining: start the background loops (health checks, the
-//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the container count) with
-//! the narrow handles each needs, the admin listener, and the client
-//! listener ([`crate::accept`]); at `shutdown`, stop accepting, close the
+//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the container count,
+//! the identity headers' refresh) with the narrow handles each needs, the admin listener, and
+//! the client listener ([`crate::accept`]); at `shutdown`, stop accepting, close the
 //! connections spread over the drain window, and wait for them up to a
 //! deadline.
 
@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::scrape::Scraper;
-use crate::{accept, admin, containers};
+use crate::{accept, admin, containers, requestheader};
 
 /// Serve clients on `listener` and the admin endpoints on `admin` until
 /// `shutdown`, then drain: stop accepting, close connections spread over
@@ -71,6 +71,12 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
     tokio::spawn(gateway.admission().clone().budget_loop(
         move || config.get(),
         |c| Config::admission(c),
+        stop.clone(),
+    ));
+    tokio::spawn(requestheader::learn_loop(
+        gateway.current_config().clone(),
+        pool.clone(),
+        pool.trusted_headers().clone(),
         stop.clone(),
     ));
     tokio::spawn(containers::container_loop(

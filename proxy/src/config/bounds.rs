@@ -164,6 +164,10 @@ impl Config {
                 "upstream.metricsScrape.intervalSeconds",
                 Seconds(up.metrics_scrape.interval_seconds),
             ),
+            (
+                "upstream.requestHeaders.refreshSeconds",
+                Seconds(up.request_headers.refresh_seconds),
+            ),
             ("timeouts.headerReadSeconds", Seconds(t.header_read_seconds)),
             ("timeouts.requestSeconds", Seconds(t.request_seconds)),
             ("timeouts.keepAliveSeconds", Seconds(t.keep_alive_seconds)),

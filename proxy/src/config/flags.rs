@@ -33,12 +33,21 @@ pub struct Flags {
     /// CA (PEM) verifying client certificates [default: none, certificates not requested]
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
-    /// Front-proxy client certificate presented to the apiserver with X-Remote-* headers [default: none]
+    /// Front-proxy client certificate presented to the apiserver with the identity headers of certificate clients [default: none]
     #[arg(long, value_name = "FILE")]
     pub front_proxy_cert: Option<PathBuf>,
     /// Front-proxy private key [default: none]
     #[arg(long, value_name = "FILE")]
     pub front_proxy_key: Option<PathBuf>,
+    /// Identity headers the apiserver trusts, comma-separated, as its flag of the same name; stripped from every request beside X-Remote-* and those learned from ConfigMap kube-system/extension-apiserver-authentication (upstream.requestHeaders.usernameHeaders) [default: none]
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub requestheader_username_headers: Vec<String>,
+    /// Group headers the apiserver trusts, comma-separated, as its flag of the same name (upstream.requestHeaders.groupHeaders) [default: none]
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub requestheader_group_headers: Vec<String>,
+    /// Extra-header prefixes the apiserver trusts, comma-separated, as its flag of the same name (upstream.requestHeaders.extraHeadersPrefixes) [default: none]
+    #[arg(long, value_name = "PREFIXES", value_delimiter = ',')]
+    pub requestheader_extra_headers_prefix: Vec<String>,
     /// tollgate's own client certificate, for health checks only [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_cert: Option<PathBuf>,
@@ -108,6 +117,22 @@ impl Config {
         set_f64(&mut self.quota.max_wait_seconds, flags.max_wait);
         if !flags.upstreams.is_empty() {
             self.upstream.urls = flags.upstreams.clone();
+        }
+        let names = &mut self.upstream.request_headers;
+        for (target, flag) in [
+            (
+                &mut names.username_headers,
+                &flags.requestheader_username_headers,
+            ),
+            (&mut names.group_headers, &flags.requestheader_group_headers),
+            (
+                &mut names.extra_headers_prefixes,
+                &flags.requestheader_extra_headers_prefix,
+            ),
+        ] {
+            if !flag.is_empty() {
+                target.clone_from(flag);
+            }
         }
         set_opt(&mut self.upstream.ca_file, &flags.upstream_ca);
         set_opt(&mut self.upstream.kubeconfig, &flags.upstream_kubeconfig);

@@ -171,6 +171,12 @@ pub struct Upstream {
     /// Scraping of the apiserver's object counts (`apiserver_storage_objects`,
     /// or `etcd_object_counts` on older releases) into the resource priors.
     pub metrics_scrape: MetricsScrape,
+    /// Request headers the apiservers take as front-proxy identity, beside
+    /// `X-Remote-*` and those learned from ConfigMap
+    /// `kube-system/extension-apiserver-authentication`: stripped from every
+    /// request (see [`crate::requestheader`]). Needed in enforce mode with a
+    /// front-proxy certificate when tollgate cannot read that ConfigMap.
+    pub request_headers: crate::requestheader::Settings,
 }
 
 /// Periodic scrape of an upstream's `/metrics`, with tollgate's own identity.
@@ -269,6 +275,7 @@ impl Default for Upstream {
             connect_timeout_seconds: 10.0,
             health_check: HealthCheck::default(),
             metrics_scrape: MetricsScrape::default(),
+            request_headers: Default::default(),
         }
     }
 }
@@ -378,8 +385,10 @@ impl Config {
         self.validate_upstream_urls()?;
         self.validate_pairs()?;
         self.validate_bounds()?;
-        self.lanes
+        self.upstream
+            .request_headers
             .validate()
+            .and_then(|()| self.lanes.validate())
             .and_then(|()| self.quota.validate())
             .and_then(|()| self.relist_guard.validate())
             .map_err(|(field, reason)| ConfigError::Invalid { field, reason })

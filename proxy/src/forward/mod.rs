@@ -29,7 +29,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::context::RequestCtx;
-use crate::identity::rewrite_identity_headers;
 use crate::status::{self, ProxyError};
 use crate::Body;
 
@@ -81,7 +80,9 @@ pub async fn forward(
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers, ctx.upgrade);
     let identity = &ctx.client.identity;
-    rewrite_identity_headers(&mut parts.headers, identity, pool.has_front_proxy());
+    pool.trusted_headers()
+        .get()
+        .rewrite(&mut parts.headers, identity, pool.has_front_proxy());
     parts.headers.remove(HOST);
     let front_proxy = identity.needs_front_proxy() && pool.has_front_proxy();
     // A request without a body can be sent again if the upstream cannot be reached.

@@ -18,7 +18,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::h2_spread::{http_client, Connect, H2Spread, HttpClient, StreamSlot};
-use crate::config::{Config, HealthCheck};
+use crate::config::{Config, ConfigError, HealthCheck};
+use crate::requestheader::{Trusted, TrustedHeaders};
 use crate::tls::{self, TlsError};
 use crate::{Body, Error};
 
@@ -92,6 +93,8 @@ pub struct UpstreamPool {
     /// tollgate's own bearer token (from a kubeconfig), for its own requests only.
     own_token: Option<HeaderValue>,
     recoveries: AtomicU64,
+    /// The identity headers the apiservers trust: a property of the upstreams.
+    trusted: Arc<Trusted>,
 }
 
 impl UpstreamPool {
@@ -147,6 +150,8 @@ impl UpstreamPool {
             None => None,
         };
         let own_cfg = connect(tls::client_config(roots.as_ref(), own.as_ref())?);
+        let trusted = TrustedHeaders::configured(&up.request_headers)
+            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?;
         let mut upstreams = Vec::new();
         for url in &up.urls {
             let bad = |reason: &str| Error::Upstream {
@@ -181,6 +186,7 @@ impl UpstreamPool {
             health: up.health_check.clone(),
             own_token,
             recoveries: AtomicU64::new(0),
+            trusted: Arc::new(Trusted::new(trusted)),
         })
     }
 
@@ -190,6 +196,11 @@ impl UpstreamPool {
 
     pub fn has_front_proxy(&self) -> bool {
         self.front_proxy.is_some()
+    }
+
+    /// The identity headers the apiservers trust, configured and learned.
+    pub fn trusted_headers(&self) -> &Arc<Trusted> {
+        &self.trusted
     }
 
     /// Any upstream healthy.

@@ -3,6 +3,8 @@
 //!
 //! - `proxy`: tollgate in front of it with the front-proxy certificate: identities, encodings,
 //!   watches, paging and the apiserver's own 429, as kubectl and curl see them.
+//! - `identity_headers`: an apiserver that trusts more identity headers than `X-Remote-*`:
+//!   none of them gets through from a client, and enforce mode will not start blind to them.
 //! - `conformance`: the same requests against it and against `tollgate-bench sim`, compared
 //!   (the table is published in `tests/CONFORMANCE.md`).
 //! - `loadgen`: loadgen's counts checked against what the apiserver did.
@@ -18,8 +20,10 @@ use anyhow::Context;
 use serde_json::Value;
 
 mod conformance;
+mod identity_headers;
 mod loadgen;
 mod proxy;
+mod stack;
 mod storm;
 
 /// `--max-time` of every curl (watches end sooner, by their `timeoutSeconds`).

@@ -3,148 +3,17 @@
 //! CA) and forwarded as `X-Remote-User`/`X-Remote-Group`, token clients forwarded as they
 //! are, and everything the apiserver says passed back as it said it.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tempfile::TempDir;
-use tests::{CertAuthority, KubeUser, Kubectl, RealApiserver, TollgateOptions, TollgateProcess};
+use tests::{CertAuthority, KubeUser};
 
+use super::stack::{forbidden_as, forbidden_reply, Stack, TOKEN};
 use super::{item_names, Http, Reply};
 
-/// A bearer token for test-user (`--token-auth-file`), so a token client has RBAC too.
-const TOKEN: &str = "tollgate-e2e-test-user-token";
 /// How long a test waits for a watcher to print an expected line.
 const WATCH_WAIT: Duration = Duration::from_secs(30);
-
-/// The real apiserver and tollgate in front of it.
-struct Stack {
-    tollgate: TollgateProcess,
-    kube: RealApiserver,
-    inputs: TempDir,
-}
-
-impl Stack {
-    /// `flags` go to kube-apiserver (after `--token-auth-file`).
-    fn start(flags: &[&str]) -> anyhow::Result<Self> {
-        let inputs = tempfile::Builder::new()
-            .prefix("tollgate-e2e-real-")
-            .tempdir()?;
-        let tokens = inputs.path().join("tokens.csv");
-        std::fs::write(
-            &tokens,
-            format!("{TOKEN},test-user,uid-test-user,\"test-users\"\n"),
-        )?;
-        let token_flag = format!("--token-auth-file={}", tokens.display());
-        let mut all = vec![token_flag.as_str()];
-        all.extend_from_slice(flags);
-        let kube = RealApiserver::start(&all)?;
-        let ca = kube.ca_pem()?;
-        let options = TollgateOptions {
-            upstream_url: kube.url.clone(),
-            upstream_ca_pem: Some(ca.clone()),
-            tls: true,
-            // The cluster CA signs admin's and test-user's certificates.
-            client_ca_pem: Some(ca),
-            front_proxy: Some(kube.front_proxy()?),
-            // tollgate's own identity, for health checks and scraping only (never forwarded).
-            args: vec![
-                "--upstream-client-cert".into(),
-                kube.var("KUBE_ADMIN_CERT")?.into(),
-                "--upstream-client-key".into(),
-                kube.var("KUBE_ADMIN_KEY")?.into(),
-            ],
-            ..TollgateOptions::default()
-        };
-        let tollgate = TollgateProcess::start(&options)?;
-        Ok(Self {
-            tollgate,
-            kube,
-            inputs,
-        })
-    }
-
-    fn scratch(&self) -> PathBuf {
-        self.inputs.path().join("curl")
-    }
-
-    /// curl to tollgate, trusting its serving CA.
-    fn via_tollgate(&self) -> anyhow::Result<Http> {
-        let ca = self
-            .tollgate
-            .serving_ca_file()?
-            .context("tollgate serves TLS")?;
-        Ok(Http::new(&self.tollgate.url, &self.scratch()).with_cacert(ca))
-    }
-
-    /// curl straight to the apiserver.
-    fn direct(&self) -> anyhow::Result<Http> {
-        Ok(Http::new(&self.kube.url, &self.scratch()).with_cacert(self.kube.file("KUBE_CA_CERT")?))
-    }
-
-    fn admin_cert(&self, h: Http) -> anyhow::Result<Http> {
-        Ok(h.with_cert(
-            self.kube.file("KUBE_ADMIN_CERT")?,
-            self.kube.file("KUBE_ADMIN_KEY")?,
-        ))
-    }
-
-    fn user_cert(&self, h: Http) -> anyhow::Result<Http> {
-        Ok(h.with_cert(
-            self.kube.file("KUBE_USER_CERT")?,
-            self.kube.file("KUBE_USER_KEY")?,
-        ))
-    }
-
-    /// kubectl through tollgate as `user`.
-    fn kubectl(&self, name: &str, user: &KubeUser) -> anyhow::Result<Kubectl> {
-        self.tollgate.kubectl_as(name, user)
-    }
-
-    /// Both processes must outlive every request.
-    fn still_running(mut self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.tollgate.is_running(),
-            "tollgate exited during the test; its log:\n{}",
-            self.tollgate.log()
-        );
-        anyhow::ensure!(
-            self.kube.is_running(),
-            "kube-apiserver exited during the test; its log:\n{}",
-            self.kube.log()
-        );
-        Ok(())
-    }
-}
-
-/// The error kubectl printed must name `user` as who the apiserver saw.
-fn forbidden_as(k: &Kubectl, args: &[&str], user: &str) -> anyhow::Result<()> {
-    let err = k.fails(args)?;
-    anyhow::ensure!(
-        err.contains("Forbidden") || err.contains("forbidden"),
-        "`kubectl {}`: not a 403: {err}",
-        args.join(" ")
-    );
-    anyhow::ensure!(
-        err.contains(&format!("User \"{user}\"")),
-        "`kubectl {}`: the apiserver saw someone other than {user}: {err}",
-        args.join(" ")
-    );
-    Ok(())
-}
-
-/// A 403 Status from the apiserver naming `user`.
-fn forbidden_reply(r: &Reply, user: &str, what: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(r.code == 403, "{what}: HTTP {}: {}", r.code, r.text());
-    let status = r.json()?;
-    let message = status["message"].as_str().unwrap_or("");
-    anyhow::ensure!(
-        message.contains(&format!("User \"{user}\"")),
-        "{what}: the apiserver saw someone other than {user}: {message}"
-    );
-    Ok(())
-}
 
 #[test]
 fn identities_reach_the_real_apiserver_through_tollgate() -> anyhow::Result<()> {

@@ -1,0 +1,625 @@
+//! The request headers the apiservers take as front-proxy identity: which
+//! names they are, learning them, and rewriting them on every forwarded request.
+//!
+//! On a connection whose client certificate its front-proxy CA signed (tollgate's
+//! front-proxy certificate), kube-apiserver takes the user from the first of
+//! `--requestheader-username-headers` that is set, the groups from *all* of
+//! `--requestheader-group-headers`, extras from `--requestheader-extra-headers-prefix`
+//! and (recent releases) a uid from `--requestheader-uid-headers`. Operators extend
+//! those lists (`X-Forwarded-User,X-Remote-User`), so stripping `X-Remote-*` alone
+//! let a certificate client's `X-Forwarded-Groups: system:masters` join the groups
+//! tollgate forwarded. Every forwarded request loses any header named in:
+//! - `X-Remote-*` (kube-apiserver's and kubeadm's names), always;
+//! - `upstream.requestHeaders` (configured, [`Settings`]);
+//! - ConfigMap `kube-system/extension-apiserver-authentication`, which
+//!   kube-apiserver publishes with its `--requestheader-*` lists, read with
+//!   tollgate's own identity at start ([`learn_at_start`]) and every
+//!   `refreshSeconds` ([`learn_loop`]). Names once learned stay stripped: several
+//!   apiservers may have published different lists, and a stale name costs nothing.
+//!
+//! A certificate client's identity is forwarded only under the names the apiserver
+//! reads first: the first username and group header of the last learned lists, else
+//! of the configured ones, else `X-Remote-User` / `X-Remote-Group`.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{self, Config, Mode};
+use crate::forward::UpstreamPool;
+use crate::identity::Identity;
+
+/// The ConfigMap kube-apiserver publishes its client-authentication settings in.
+pub const CONFIGMAP_PATH: &str =
+    "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication";
+
+/// Prefix of the names stripped whatever the lists say.
+const ALWAYS_STRIPPED_PREFIX: &str = "x-remote-";
+
+/// Most names (and prefixes) kept; a ConfigMap listing more is cut short (logged).
+const MAX_NAMES: usize = 64;
+
+/// Most bytes read of the ConfigMap (it also holds CA bundles).
+const MAX_CONFIGMAP_BYTES: usize = 1 << 20;
+
+/// Configured names, beside those learned from the ConfigMap. Each list is
+/// what the apiservers' flag of the same name says, in its order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Settings {
+    /// `--requestheader-username-headers`. Default: none.
+    pub username_headers: Vec<String>,
+    /// `--requestheader-group-headers`. Default: none.
+    pub group_headers: Vec<String>,
+    /// `--requestheader-extra-headers-prefix`. Default: none.
+    pub extra_headers_prefixes: Vec<String>,
+    /// `--requestheader-uid-headers`. Default: none.
+    pub uid_headers: Vec<String>,
+    /// Seconds between reads of the ConfigMap. Default `60`.
+    pub refresh_seconds: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            username_headers: Vec::new(),
+            group_headers: Vec::new(),
+            extra_headers_prefixes: Vec::new(),
+            uid_headers: Vec::new(),
+            refresh_seconds: 60.0,
+        }
+    }
+}
+
+impl Settings {
+    /// Any name configured.
+    pub fn any(&self) -> bool {
+        !(self.username_headers.is_empty()
+            && self.group_headers.is_empty()
+            && self.extra_headers_prefixes.is_empty()
+            && self.uid_headers.is_empty())
+    }
+
+    /// Every name is a valid header name; the field at fault otherwise.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        self.names().map(|_| ())
+    }
+
+    /// The configured lists as header names.
+    fn names(&self) -> Result<HeaderNames, (&'static str, String)> {
+        let parse = |field: &'static str, list: &[String]| {
+            list.iter()
+                .map(|n| {
+                    header_name(n).ok_or_else(|| (field, format!("{n:?} is not a header name")))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(HeaderNames {
+            user: parse(
+                "upstream.requestHeaders.usernameHeaders",
+                &self.username_headers,
+            )?,
+            group: parse("upstream.requestHeaders.groupHeaders", &self.group_headers)?,
+            extra_prefixes: parse(
+                "upstream.requestHeaders.extraHeadersPrefixes",
+                &self.extra_headers_prefixes,
+            )?
+            .into_iter()
+            .map(|n| n.as_str().to_string())
+            .collect(),
+            uid: parse("upstream.requestHeaders.uidHeaders", &self.uid_headers)?,
+        })
+    }
+}
+
+/// A header name, lower-cased as HTTP/2 and `http` keep them; `None` if it is none.
+fn header_name(name: &str) -> Option<HeaderName> {
+    let name = name.trim();
+    (!name.is_empty())
+        .then(|| HeaderName::from_bytes(name.as_bytes()).ok())
+        .flatten()
+}
+
+// === impl HeaderNames ===
+
+/// The `--requestheader-*` lists of one apiserver (or of the configuration), in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub user: Vec<HeaderName>,
+    pub group: Vec<HeaderName>,
+    /// Lower case.
+    pub extra_prefixes: Vec<String>,
+    pub uid: Vec<HeaderName>,
+}
+
+/// The keys of the ConfigMap read here; each value is a JSON list of strings.
+#[derive(Debug, Default, Deserialize)]
+struct ConfigMapData {
+    #[serde(rename = "requestheader-username-headers")]
+    user: Option<String>,
+    #[serde(rename = "requestheader-group-headers")]
+    group: Option<String>,
+    #[serde(rename = "requestheader-extra-headers-prefix")]
+    extra: Option<String>,
+    #[serde(rename = "requestheader-uid-headers")]
+    uid: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ConfigMap {
+    #[serde(default)]
+    data: ConfigMapData,
+}
+
+impl HeaderNames {
+    /// The lists of `extension-apiserver-authentication` (a ConfigMap as JSON). A
+    /// ConfigMap without them is an apiserver that trusts no identity headers.
+    pub fn from_configmap(body: &[u8]) -> Result<HeaderNames, String> {
+        let cm: ConfigMap =
+            serde_json::from_slice(body).map_err(|e| format!("not a ConfigMap: {e}"))?;
+        let list = |key: &str, value: &Option<String>| -> Result<Vec<HeaderName>, String> {
+            let Some(text) = value else {
+                return Ok(Vec::new());
+            };
+            let names: Vec<String> = serde_json::from_str(text)
+                .map_err(|e| format!("{key} is not a JSON list of strings: {e}"))?;
+            names
+                .iter()
+                .map(|n| header_name(n).ok_or_else(|| format!("{key}: {n:?} is not a header name")))
+                .collect()
+        };
+        let d = &cm.data;
+        Ok(HeaderNames {
+            user: list("requestheader-username-headers", &d.user)?,
+            group: list("requestheader-group-headers", &d.group)?,
+            extra_prefixes: list("requestheader-extra-headers-prefix", &d.extra)?
+                .into_iter()
+                .map(|n| n.as_str().to_string())
+                .collect(),
+            uid: list("requestheader-uid-headers", &d.uid)?,
+        })
+    }
+}
+
+// === impl TrustedHeaders ===
+
+/// What every forwarded request's headers are rewritten by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustedHeaders {
+    /// Stripped exactly (lower case, as `http` keeps names).
+    names: Vec<HeaderName>,
+    /// Stripped by prefix (lower case); `x-remote-` first.
+    prefixes: Vec<String>,
+    /// The certificate client's user goes under this name.
+    user: HeaderName,
+    /// Its groups go under this name.
+    group: HeaderName,
+    /// The forward names came from a ConfigMap.
+    learned: bool,
+}
+
+impl Default for TrustedHeaders {
+    fn default() -> Self {
+        TrustedHeaders {
+            names: Vec::new(),
+            prefixes: vec![ALWAYS_STRIPPED_PREFIX.to_string()],
+            user: HeaderName::from_static("x-remote-user"),
+            group: HeaderName::from_static("x-remote-group"),
+            learned: false,
+        }
+    }
+}
+
+impl TrustedHeaders {
+    /// `X-Remote-*` and the configured names; forwarded under the first configured ones.
+    pub fn configured(settings: &Settings) -> Result<TrustedHeaders, (&'static str, String)> {
+        let mut t = TrustedHeaders::default();
+        t.add(&settings.names()?);
+        Ok(t)
+    }
+
+    /// These names added to the stripped ones; forwarded under their first ones from now on.
+    pub fn learned(&self, names: &HeaderNames) -> TrustedHeaders {
+        let mut t = self.clone();
+        t.add(names);
+        t.learned = true;
+        if let Some(user) = names.user.first() {
+            t.user = user.clone();
+        }
+        if let Some(group) = names.group.first() {
+            t.group = group.clone();
+        }
+        t
+    }
+
+    /// Strip `names` too; when nothing was learned yet, forward under their first ones.
+    fn add(&mut self, names: &HeaderNames) {
+        if !self.learned {
+            if let Some(user) = names.user.first() {
+                self.user = user.clone();
+            }
+            if let Some(group) = names.group.first() {
+                self.group = group.clone();
+            }
+        }
+        for name in names.user.iter().chain(&names.group).chain(&names.uid) {
+            if !self.strips(name) && self.names.len() < MAX_NAMES {
+                self.names.push(name.clone());
+            }
+        }
+        for prefix in &names.extra_prefixes {
+            let covered = self.prefixes.iter().any(|p| prefix.starts_with(p.as_str()));
+            if !covered && self.prefixes.len() < MAX_NAMES {
+                self.prefixes.push(prefix.clone());
+            }
+        }
+    }
+
+    /// Whether the apiserver may take `name` as identity.
+    pub fn strips(&self, name: &HeaderName) -> bool {
+        let s = name.as_str();
+        self.prefixes.iter().any(|p| s.starts_with(p.as_str())) || self.names.contains(name)
+    }
+
+    /// The names a certificate client's user and groups are forwarded under.
+    pub fn forward_names(&self) -> (&HeaderName, &HeaderName) {
+        (&self.user, &self.group)
+    }
+
+    /// Remove every header the apiserver may take as identity, then, when
+    /// `front_proxy` is set, add a certificate identity under the names it reads.
+    pub fn rewrite(&self, headers: &mut HeaderMap, identity: &Identity, front_proxy: bool) {
+        // Almost no request carries one: look before allocating.
+        if headers.keys().any(|n| self.strips(n)) {
+            let spoofed: Vec<HeaderName> =
+                headers.keys().filter(|n| self.strips(n)).cloned().collect();
+            for name in spoofed {
+                headers.remove(&name);
+            }
+        }
+        if let (true, Identity::Certificate { user, groups }) = (front_proxy, identity) {
+            if let Ok(v) = HeaderValue::from_str(user) {
+                headers.insert(self.user.clone(), v);
+            }
+            for group in groups {
+                if let Ok(v) = HeaderValue::from_str(group) {
+                    headers.append(self.group.clone(), v);
+                }
+            }
+        }
+    }
+}
+
+// === the shared, refreshed names ===
+
+/// The names in force, replaced whole when the ConfigMap teaches more; each
+/// request takes an `Arc` of the version it started with.
+#[derive(Debug)]
+pub struct Trusted(RwLock<Arc<TrustedHeaders>>);
+
+impl Trusted {
+    pub fn new(headers: TrustedHeaders) -> Trusted {
+        Trusted(RwLock::new(Arc::new(headers)))
+    }
+
+    pub fn get(&self) -> Arc<TrustedHeaders> {
+        self.0
+            .read()
+            .map(|t| t.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// Add what an apiserver published; `true` if anything changed.
+    pub fn learn(&self, names: &HeaderNames) -> bool {
+        let mut current = match self.0.write() {
+            Ok(c) => c,
+            Err(e) => e.into_inner(),
+        };
+        let next = current.learned(names);
+        let changed = next != **current;
+        *current = Arc::new(next);
+        changed
+    }
+}
+
+/// The ConfigMap read from the first upstream that answers, with tollgate's own identity.
+async fn fetch(pool: &UpstreamPool, timeout: Duration) -> Result<HeaderNames, String> {
+    let mut why = String::from("no upstream");
+    // Healthy ones first; at start none has been checked yet and all count as healthy.
+    let mut upstreams: Vec<_> = pool.upstreams().iter().collect();
+    upstreams.sort_by_key(|u| !u.is_healthy());
+    for u in upstreams {
+        match pool
+            .own_get(u, CONFIGMAP_PATH, MAX_CONFIGMAP_BYTES, timeout)
+            .await
+        {
+            Ok(body) => return HeaderNames::from_configmap(&body),
+            Err(e) => why = format!("{}: {e}", u.url),
+        }
+    }
+    Err(why)
+}
+
+/// Why tollgate will not start: what it could not learn and what to set.
+pub fn refusal(why: &str) -> String {
+    format!(
+        "mode is enforce with a front-proxy certificate, and tollgate cannot learn which request \
+         headers the apiserver takes as identity (GET {CONFIGMAP_PATH}: {why}); a client could \
+         send one tollgate does not strip. Set upstream.requestHeaders.usernameHeaders, \
+         groupHeaders and extraHeadersPrefixes (--requestheader-username-headers, \
+         --requestheader-group-headers, --requestheader-extra-headers-prefix) to the apiserver's \
+         --requestheader-* flags, or give tollgate an identity (upstream.clientCertFile or \
+         upstream.kubeconfig) allowed to get that ConfigMap (kube-system Role \
+         extension-apiserver-authentication-reader)"
+    )
+}
+
+/// How long one read of the ConfigMap may take.
+fn read_timeout(config: &Config) -> Duration {
+    let up = &config.upstream;
+    Duration::from_secs_f64(up.connect_timeout_seconds + up.health_check.timeout_seconds)
+}
+
+/// Learn the names once before serving. Unlearned, tollgate still strips
+/// `X-Remote-*` and the configured names; in enforce mode with a front-proxy
+/// certificate and nothing configured that is not enough, and it refuses to
+/// start with [`refusal`]'s message.
+pub async fn learn_at_start(
+    config: &Config,
+    pool: &UpstreamPool,
+    trusted: &Trusted,
+) -> Result<(), String> {
+    match fetch(pool, read_timeout(config)).await {
+        Ok(names) => {
+            trusted.learn(&names);
+            let t = trusted.get();
+            let (user, group) = t.forward_names();
+            tracing::info!(?names, %user, %group, "learned the identity headers the apiserver trusts");
+            Ok(())
+        }
+        Err(why) => {
+            let configured = config.upstream.request_headers.any();
+            if config.mode == Mode::Enforce && pool.has_front_proxy() && !configured {
+                return Err(refusal(&why));
+            }
+            tracing::warn!(error = %why, configured,
+                "cannot read the identity headers the apiserver trusts: stripping X-Remote-* and the configured upstream.requestHeaders only; retried every refreshSeconds");
+            Ok(())
+        }
+    }
+}
+
+/// Read the ConfigMap every `upstream.requestHeaders.refreshSeconds` until `stop`.
+pub async fn learn_loop(
+    config: Arc<config::Current>,
+    pool: Arc<UpstreamPool>,
+    trusted: Arc<Trusted>,
+    stop: CancellationToken,
+) {
+    // Logged as a warning when it starts failing, then at debug level.
+    let mut failing = false;
+    loop {
+        let c = config.get();
+        let wait = Duration::from_secs_f64(c.upstream.request_headers.refresh_seconds);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        match fetch(&pool, read_timeout(&c)).await {
+            Ok(names) => {
+                failing = false;
+                if trusted.learn(&names) {
+                    tracing::info!(
+                        ?names,
+                        "the apiserver trusts more identity headers: stripping them too"
+                    );
+                }
+            }
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "cannot read the identity headers the apiserver trusts; keeping the names known so far");
+            }
+            Err(e) => tracing::debug!(error = %e, "reading the identity headers failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).expect("value"));
+        }
+        h
+    }
+
+    fn names(h: &HeaderMap) -> Vec<&str> {
+        let mut n: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        n.sort_unstable();
+        n
+    }
+
+    fn alice() -> Identity {
+        Identity::Certificate {
+            user: "alice".into(),
+            groups: vec!["dev".into(), "ops".into()],
+        }
+    }
+
+    const CONFIGMAP: &str = r#"{"kind":"ConfigMap","apiVersion":"v1",
+        "metadata":{"name":"extension-apiserver-authentication","namespace":"kube-system"},
+        "data":{"client-ca-file":"-----BEGIN CERTIFICATE-----\n...",
+          "requestheader-allowed-names":"[\"front-proxy-client\"]",
+          "requestheader-username-headers":"[\"X-Forwarded-User\",\"X-Remote-User\"]",
+          "requestheader-group-headers":"[\"X-Forwarded-Groups\",\"X-Remote-Group\"]",
+          "requestheader-extra-headers-prefix":"[\"X-Forwarded-Extra-\",\"X-Remote-Extra-\"]",
+          "requestheader-uid-headers":"[\"X-Forwarded-Uid\"]"}}"#;
+
+    #[test]
+    fn the_configmap_lists_are_read_in_order() {
+        let n = HeaderNames::from_configmap(CONFIGMAP.as_bytes()).expect("parses");
+        assert_eq!(n.user, ["x-forwarded-user", "x-remote-user"]);
+        assert_eq!(n.group, ["x-forwarded-groups", "x-remote-group"]);
+        assert_eq!(n.extra_prefixes, ["x-forwarded-extra-", "x-remote-extra-"]);
+        assert_eq!(n.uid, ["x-forwarded-uid"]);
+        // An apiserver without front-proxy authentication publishes none of them.
+        let bare = r#"{"data":{"client-ca-file":"x"}}"#;
+        assert_eq!(
+            HeaderNames::from_configmap(bare.as_bytes()),
+            Ok(HeaderNames::default())
+        );
+        for bad in [
+            "not json",
+            r#"{"data":{"requestheader-username-headers":"X-Remote-User"}}"#,
+            r#"{"data":{"requestheader-group-headers":"[\"bad name\"]"}}"#,
+        ] {
+            assert!(
+                HeaderNames::from_configmap(bad.as_bytes()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_lists_x_remote_is_stripped_and_used() {
+        let t = TrustedHeaders::default();
+        let mut h = headers(&[
+            ("x-remote-user", "admin"),
+            ("x-remote-group", "system:masters"),
+            ("x-remote-extra-scopes", "x"),
+            ("x-remote-uid", "0"),
+            ("x-forwarded-user", "admin"),
+            ("impersonate-user", "bob"),
+        ]);
+        t.rewrite(&mut h, &Identity::Anonymous, true);
+        assert_eq!(names(&h), ["impersonate-user", "x-forwarded-user"]);
+        t.rewrite(&mut h, &alice(), true);
+        assert_eq!(h["x-remote-user"], "alice");
+        let groups: Vec<_> = h.get_all("x-remote-group").iter().collect();
+        assert_eq!(groups, ["dev", "ops"]);
+        // No front proxy configured: no identity headers at all.
+        let mut h = HeaderMap::new();
+        t.rewrite(&mut h, &alice(), false);
+        assert!(h.is_empty(), "{h:?}");
+    }
+
+    #[test]
+    fn every_learned_name_is_stripped_and_the_first_ones_carry_the_identity() {
+        let learned = HeaderNames::from_configmap(CONFIGMAP.as_bytes()).expect("parses");
+        let t = TrustedHeaders::default().learned(&learned);
+        let mut h = headers(&[
+            ("X-Forwarded-User", "admin"),
+            ("x-forwarded-groups", "system:masters"),
+            ("X-Forwarded-Groups", "system:masters"),
+            ("x-forwarded-extra-scopes", "*"),
+            ("x-forwarded-uid", "0"),
+            ("x-remote-group", "system:masters"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("accept", "application/json"),
+        ]);
+        t.rewrite(&mut h, &alice(), true);
+        assert_eq!(
+            names(&h),
+            [
+                "accept",
+                "x-forwarded-for",
+                "x-forwarded-groups",
+                "x-forwarded-user"
+            ]
+        );
+        assert_eq!(h["x-forwarded-user"], "alice");
+        let groups: Vec<_> = h.get_all("x-forwarded-groups").iter().collect();
+        assert_eq!(groups, ["dev", "ops"], "only tollgate's groups");
+        // Anonymous and token clients: stripped, nothing added.
+        let mut h = headers(&[("x-forwarded-user", "admin"), ("x-forwarded-groups", "a")]);
+        t.rewrite(&mut h, &Identity::Anonymous, true);
+        assert!(h.is_empty(), "{h:?}");
+    }
+
+    #[test]
+    fn configured_names_count_until_a_configmap_is_learned_and_stay_stripped() {
+        let settings = Settings {
+            username_headers: vec!["X-Proxy-User".into()],
+            group_headers: vec!["X-Proxy-Group".into(), "X-Remote-Group".into()],
+            extra_headers_prefixes: vec!["X-Proxy-Extra-".into()],
+            ..Settings::default()
+        };
+        assert!(settings.any());
+        assert!(!Settings::default().any());
+        let t = TrustedHeaders::configured(&settings).expect("valid");
+        assert_eq!(t.forward_names().0, "x-proxy-user");
+        assert_eq!(t.forward_names().1, "x-proxy-group");
+        for name in [
+            "x-proxy-user",
+            "x-proxy-group",
+            "x-proxy-extra-a",
+            "x-remote-user",
+        ] {
+            assert!(t.strips(&HeaderName::from_static(name)), "{name}");
+        }
+        assert!(!t.strips(&HeaderName::from_static("x-proxy-other")));
+
+        // The apiserver publishes other lists: its first names carry the identity, and the
+        // configured ones are still stripped.
+        let published = HeaderNames {
+            user: vec![HeaderName::from_static("x-forwarded-user")],
+            group: vec![HeaderName::from_static("x-forwarded-groups")],
+            ..HeaderNames::default()
+        };
+        let trusted = Trusted::new(t);
+        assert!(trusted.learn(&published));
+        assert!(!trusted.learn(&published), "nothing new");
+        let t = trusted.get();
+        assert_eq!(t.forward_names().0, "x-forwarded-user");
+        assert_eq!(t.forward_names().1, "x-forwarded-groups");
+        // Later lists without those names: learned names stay stripped.
+        assert!(!trusted.learn(&HeaderNames::default()));
+        let t = trusted.get();
+        for name in ["x-proxy-user", "x-forwarded-user", "x-forwarded-groups"] {
+            assert!(t.strips(&HeaderName::from_static(name)), "{name}");
+        }
+        assert_eq!(t.forward_names().0, "x-forwarded-user");
+    }
+
+    #[test]
+    fn bad_configured_names_are_refused_with_their_field() {
+        let settings = Settings {
+            group_headers: vec!["X Group".into()],
+            ..Settings::default()
+        };
+        let (field, reason) = settings.validate().expect_err("refused");
+        assert_eq!(field, "upstream.requestHeaders.groupHeaders");
+        assert!(reason.contains("X Group"), "{reason}");
+    }
+
+    #[test]
+    fn the_lists_are_bounded() {
+        let many = HeaderNames {
+            group: (0..200)
+                .map(|i| HeaderName::from_bytes(format!("x-g-{i}").as_bytes()).expect("name"))
+                .collect(),
+            ..HeaderNames::default()
+        };
+        let t = TrustedHeaders::default().learned(&many);
+        assert_eq!(t.names.len(), MAX_NAMES);
+    }
+
+    #[test]
+    fn the_refusal_says_what_to_set() {
+        let m = refusal("status 403");
+        for what in [
+            "status 403",
+            "upstream.requestHeaders.usernameHeaders",
+            "--requestheader-username-headers",
+            "extension-apiserver-authentication-reader",
+        ] {
+            assert!(m.contains(what), "{what}: {m}");
+        }
+    }
+}
