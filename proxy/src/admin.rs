@@ -5,6 +5,15 @@
 //! signal, target and the controller's state, as JSON). Bounded like the
 //! client listener ([`crate::listener`]): a connection cap, a backoff on
 //! accept errors, header-read and idle timeouts.
+//!
+//! `/debug/patterns` names users and `/metrics` tells the cluster's shape, so
+//! the listener binds to 127.0.0.1 by default; elsewhere it serves TLS
+//! (`admin.tls`) and, with a client CA, `/metrics` and `/debug/*` answer only
+//! clients whose certificate that CA signed (401 otherwise). The health
+//! endpoints stay open: kubelet and load-balancer probes send no certificate.
+//! As on the client listener, the handshake accepts any certificate and the
+//! chain is checked afterwards ([`crate::tls::ClientCertAuthority`]), so a
+//! probe without one is still served.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -16,14 +25,53 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::accept::CLOSE_GRACE;
+use crate::config::AdminTls;
 use crate::gateway::Gateway;
 use crate::listener::{serve_until, Accepted, ActiveBody, Activity, Listener, Until};
 use crate::status::full;
+use crate::tls::{self, ClientCertAuthority, TlsError};
 use crate::Body;
+
+// === impl AdminTlsAcceptor ===
+
+/// The admin listener's TLS: the acceptor, and the client CA if `/metrics`
+/// and `/debug/*` require certificates.
+pub struct AdminTlsAcceptor {
+    acceptor: TlsAcceptor,
+    clients: Option<ClientCertAuthority>,
+}
+
+impl AdminTlsAcceptor {
+    /// Load `admin.tls`'s files; `None` without a serving certificate (plain HTTP).
+    pub fn load(settings: &AdminTls) -> Result<Option<AdminTlsAcceptor>, TlsError> {
+        let (Some(cert), Some(key)) = (&settings.cert_file, &settings.key_file) else {
+            return Ok(None);
+        };
+        let ca = settings.client_ca_file.as_deref();
+        let config = tls::server_config(tls::load_identity(cert, key)?, ca)?;
+        Ok(Some(AdminTlsAcceptor {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            clients: ca.map(ClientCertAuthority::load).transpose()?,
+        }))
+    }
+}
+
+/// Who may read what on one admin connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No client CA: every route.
+    Open,
+    /// A client certificate the client CA signed: every route.
+    Verified,
+    /// A client CA and no certificate it signed: the health endpoints only.
+    HealthOnly,
+}
 
 /// Serve the admin endpoints on `listener` until `stop`: at most
 /// `admin.maxConnections` at once, each closed when its request headers take
@@ -32,24 +80,47 @@ use crate::Body;
 pub async fn serve(gateway: Gateway, listener: TcpListener, stop: CancellationToken) {
     let mut listener = Listener::new(listener, "admin", gateway.metrics());
     let cap = || gateway.config().admin.max_connections;
-    while let Some(Accepted { tcp, slot, .. }) = listener.accept(cap, &stop).await {
+    while let Some(Accepted { tcp, remote, slot }) = listener.accept(cap, &stop).await {
         let g = gateway.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            serve_connection(g, tcp, stop).await;
+            let Some(tls) = g.admin_tls().cloned() else {
+                return serve_connection(g, tcp, Access::Open, stop).await;
+            };
+            // A handshake is bounded like the request headers that follow it.
+            let limit = Duration::from_secs_f64(g.config().admin.header_read_seconds);
+            match tokio::time::timeout(limit, tls.acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => {
+                    let chain = stream.get_ref().1.peer_certificates().unwrap_or(&[]);
+                    let access = match &tls.clients {
+                        None => Access::Open,
+                        Some(ca) if ca.verify(chain) => Access::Verified,
+                        Some(_) => Access::HealthOnly,
+                    };
+                    serve_connection(g, stream, access, stop).await
+                }
+                Ok(Err(e)) => tracing::debug!(%remote, error = %e, "admin TLS handshake failed"),
+                Err(_) => tracing::debug!(%remote, "admin TLS handshake timed out"),
+            }
         });
     }
 }
 
-async fn serve_connection(gateway: Gateway, tcp: TcpStream, stop: CancellationToken) {
+async fn serve_connection<I>(gateway: Gateway, io: I, access: Access, stop: CancellationToken)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let settings = gateway.config().admin.clone();
     let activity = Arc::new(Activity::new());
     let act = activity.clone();
     let svc = service_fn(move |req: Request<Incoming>| {
         let g = gateway.clone();
         let guard = act.begin();
-        async move { Ok::<_, Infallible>(route(&g, &req).map(|b| ActiveBody::new(b, guard))) }
+        async move {
+            let resp = route(&g, &req, access);
+            Ok::<_, Infallible>(resp.map(|b| ActiveBody::new(b, guard)))
+        }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -57,7 +128,7 @@ async fn serve_connection(gateway: Gateway, tcp: TcpStream, stop: CancellationTo
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs_f64(settings.header_read_seconds));
     builder.http2().timer(TokioTimer::new());
-    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     // A connection that never sends a byte is idle from the start: it is closed too.
     let idle = Duration::from_secs_f64(settings.idle_seconds);
@@ -75,9 +146,18 @@ fn text(code: StatusCode, content_type: &'static str, body: String) -> Response<
     resp
 }
 
-/// The admin routes.
-pub fn route(g: &Gateway, req: &Request<Incoming>) -> Response<Body> {
-    match req.uri().path() {
+/// The admin routes; with [`Access::HealthOnly`] only the health endpoints.
+pub fn route(g: &Gateway, req: &Request<Incoming>, access: Access) -> Response<Body> {
+    let path = req.uri().path();
+    let health = matches!(path, "/healthz" | "/livez" | "/readyz");
+    if access == Access::HealthOnly && !health {
+        return text(
+            StatusCode::UNAUTHORIZED,
+            "text/plain",
+            "a client certificate signed by admin.tls.clientCaFile is required\n".into(),
+        );
+    }
+    match path {
         "/metrics" => match g.encode_metrics() {
             Ok(s) => text(
                 StatusCode::OK,

@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::AdminTlsAcceptor;
 use crate::admit::Admission;
 use crate::config::{self, Config};
 use crate::enforce::lane::Lane;
@@ -36,6 +37,7 @@ struct Inner {
     metrics: Arc<Metrics>,
     registry: Registry,
     tls: Option<Arc<rustls::ServerConfig>>,
+    admin_tls: Option<Arc<AdminTlsAcceptor>>,
     draining: AtomicBool,
     /// Connections and tunnels, waited for by the drain; tunnels close at
     /// its hard stop.
@@ -43,6 +45,21 @@ struct Inner {
     reviews: Option<Arc<TokenReviews>>,
     admission: Arc<Admission>,
     observer: Arc<Observer>,
+}
+
+/// `/debug/patterns` names users: an admin listener reachable from other
+/// hosts without client certificates is said so at start.
+fn warn_if_admin_exposed(config: &Config) {
+    let Some(addr) = &config.admin_listen else {
+        return;
+    };
+    let loopback = addr
+        .parse::<std::net::SocketAddr>()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(addr.starts_with("localhost:"));
+    if !loopback && config.admin.tls.client_ca_file.is_none() {
+        tracing::warn!(admin = %addr, "the admin listener is reachable beyond this host and open to anyone: /debug/patterns names users; bind it to 127.0.0.1 or set admin.tls with a clientCaFile");
+    }
 }
 
 impl Gateway {
@@ -60,6 +77,8 @@ impl Gateway {
             }
             _ => None,
         };
+        let admin_tls = AdminTlsAcceptor::load(&config.admin.tls)?.map(Arc::new);
+        warn_if_admin_exposed(&config);
         let pool = Arc::new(UpstreamPool::new(&config)?);
         if config.tls.client_ca_file.is_some() && !pool.has_front_proxy() {
             tracing::warn!("client certificates are verified but no front-proxy certificate is set: certificate clients reach the apiserver anonymous");
@@ -103,6 +122,7 @@ impl Gateway {
                 metrics,
                 registry,
                 tls,
+                admin_tls,
                 draining: AtomicBool::new(false),
                 tunnels,
                 reviews,
@@ -145,6 +165,11 @@ impl Gateway {
     /// The serving TLS configuration, if clients connect over TLS.
     pub fn tls(&self) -> Option<&Arc<rustls::ServerConfig>> {
         self.inner.tls.as_ref()
+    }
+
+    /// The admin listener's TLS, if it serves TLS.
+    pub fn admin_tls(&self) -> Option<&Arc<AdminTlsAcceptor>> {
+        self.inner.admin_tls.as_ref()
     }
 
     /// Connections and tunnels: the drain waits for them.
@@ -275,6 +300,9 @@ impl Gateway {
         let old = self.config();
         if old.listen != new.listen
             || old.tls.cert_file != new.tls.cert_file
+            || old.admin_listen != new.admin_listen
+            || old.admin.tls.cert_file != new.admin.tls.cert_file
+            || old.admin.tls.client_ca_file != new.admin.tls.client_ca_file
             || old.upstream.urls != new.upstream.urls
         {
             tracing::warn!("listen, TLS and upstream changes take effect at the next restart");

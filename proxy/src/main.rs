@@ -151,7 +151,13 @@ async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
     } else {
         "http"
     };
-    let admin_url = admin_addr.map_or_else(|| "off".to_string(), |a| format!("http://{a}"));
+    let admin_scheme = if config.admin.tls.cert_file.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let admin_url =
+        admin_addr.map_or_else(|| "off".to_string(), |a| format!("{admin_scheme}://{a}"));
     println!(
         "tollgate serving at {scheme}://{} (admin {admin_url})",
         listener.local_addr()?

@@ -57,6 +57,15 @@ pub struct Flags {
     /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns, /debug/budget) [default: 127.0.0.1:9443]
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
+    /// Admin listener's serving certificate (PEM); with --admin-tls-key turns on TLS there (admin.tls.certFile) [default: none, plain HTTP]
+    #[arg(long, value_name = "FILE")]
+    pub admin_tls_cert: Option<PathBuf>,
+    /// Admin listener's private key (PEM) (admin.tls.keyFile) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub admin_tls_key: Option<PathBuf>,
+    /// CA (PEM) whose client certificates /metrics and /debug/* require; /healthz, /livez, /readyz stay open (admin.tls.clientCaFile) [default: none, open]
+    #[arg(long, value_name = "FILE")]
+    pub admin_client_ca: Option<PathBuf>,
     /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
@@ -139,6 +148,9 @@ impl Config {
         set_opt(&mut self.tls.cert_file, &flags.tls_cert);
         set_opt(&mut self.tls.key_file, &flags.tls_key);
         set_opt(&mut self.tls.client_ca_file, &flags.client_ca);
+        set_opt(&mut self.admin.tls.cert_file, &flags.admin_tls_cert);
+        set_opt(&mut self.admin.tls.key_file, &flags.admin_tls_key);
+        set_opt(&mut self.admin.tls.client_ca_file, &flags.admin_client_ca);
         set_opt(
             &mut self.upstream.front_proxy_cert_file,
             &flags.front_proxy_cert,

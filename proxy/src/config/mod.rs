@@ -89,6 +89,8 @@ pub struct Admin {
     pub header_read_seconds: f64,
     /// Seconds a connection may stay open with no request in flight. Default `60`.
     pub idle_seconds: f64,
+    /// TLS on the admin listener, and who may read `/metrics` and `/debug/*`.
+    pub tls: AdminTls,
 }
 
 impl Default for Admin {
@@ -97,8 +99,25 @@ impl Default for Admin {
             max_connections: 64,
             header_read_seconds: 10.0,
             idle_seconds: 60.0,
+            tls: AdminTls::default(),
         }
     }
+}
+
+/// TLS on the admin listener. `/debug/patterns` names users and `/metrics`
+/// the cluster's shape: bind the listener to 127.0.0.1, or serve it over TLS
+/// with a client CA. `/healthz`, `/livez` and `/readyz` stay open to anyone
+/// who reaches the listener (probes send no certificate).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct AdminTls {
+    /// Serving certificate chain (PEM). Default: none (plain HTTP).
+    pub cert_file: Option<PathBuf>,
+    /// Serving private key (PEM). Default: none.
+    pub key_file: Option<PathBuf>,
+    /// CA that signs the client certificates `/metrics` and `/debug/*` require;
+    /// without a certificate it signed they answer 401. Default: none (open).
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// Asking the apiserver who a bearer token belongs to, for classification
@@ -429,6 +448,15 @@ impl Config {
             return invalid(
                 "tls.clientCaFile",
                 "client certificates need TLS (tls.certFile)",
+            );
+        }
+        if !pair(&self.admin.tls.cert_file, &self.admin.tls.key_file) {
+            return invalid("admin.tls.certFile/keyFile", "give both or neither");
+        }
+        if self.admin.tls.client_ca_file.is_some() && self.admin.tls.cert_file.is_none() {
+            return invalid(
+                "admin.tls.clientCaFile",
+                "client certificates need TLS on the admin listener (admin.tls.certFile)",
             );
         }
         if !pair(
