@@ -31,7 +31,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::accept::CLOSE_GRACE;
-use crate::config::AdminTls;
+use crate::config::ServingTls;
 use crate::gateway::Gateway;
 use crate::listener::{serve_until, Accepted, ActiveBody, Activity, Listener, Until};
 use crate::status::full;
@@ -49,7 +49,7 @@ pub struct AdminTlsAcceptor {
 
 impl AdminTlsAcceptor {
     /// Load `admin.tls`'s files; `None` without a serving certificate (plain HTTP).
-    pub fn load(settings: &AdminTls) -> Result<Option<AdminTlsAcceptor>, TlsError> {
+    pub fn load(settings: &ServingTls) -> Result<Option<AdminTlsAcceptor>, TlsError> {
         let (Some(cert), Some(key)) = (&settings.cert_file, &settings.key_file) else {
             return Ok(None);
         };

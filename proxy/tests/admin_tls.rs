@@ -25,17 +25,25 @@ async fn get(client: &TlsClient, url: &str) -> Result<(StatusCode, String), Stri
 const PROTECTED: [&str; 3] = ["/metrics", "/debug/patterns", "/debug/budget"];
 const HEALTH: [&str; 3] = ["/healthz", "/livez", "/readyz"];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_and_debug_need_a_client_certificate_the_admin_ca_signed() {
+/// tollgate whose admin listener serves TLS (a certificate from `pki`'s serving CA), with
+/// `pki`'s client CA as its client CA if `client_ca`.
+async fn start_admin_tls(pki: &Pki, up: &Upstream, client_ca: bool) -> Running {
     tollgate::install_crypto_provider();
-    let pki = Pki::new();
-    let up = Upstream::start(None).await;
     let (cert, key) = pki.leaf(&pki.serving_ca, "admin", "tollgate", None, true);
     let mut c = config(&[&up.url]);
     c.admin.tls.cert_file = Some(cert);
     c.admin.tls.key_file = Some(key);
-    c.admin.tls.client_ca_file = Some(pki.write("admin-ca.crt", &pki.client_ca.pem));
-    let tg = start(c).await;
+    if client_ca {
+        c.admin.tls.client_ca_file = Some(pki.write("admin-ca.crt", &pki.client_ca.pem));
+    }
+    start(c).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_debug_need_a_client_certificate_the_admin_ca_signed() {
+    let pki = Pki::new();
+    let up = Upstream::start(None).await;
+    let tg = start_admin_tls(&pki, &up, true).await;
     let url = |path: &str| format!("https://{}{path}", tg.admin);
     let g = tg.gateway.clone();
     eventually("an upstream is healthy", Duration::from_secs(10), || {
@@ -91,14 +99,9 @@ async fn metrics_and_debug_need_a_client_certificate_the_admin_ca_signed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_without_a_client_ca_serves_everything() {
-    tollgate::install_crypto_provider();
     let pki = Pki::new();
     let up = Upstream::start(None).await;
-    let (cert, key) = pki.leaf(&pki.serving_ca, "admin", "tollgate", None, true);
-    let mut c = config(&[&up.url]);
-    c.admin.tls.cert_file = Some(cert);
-    c.admin.tls.key_file = Some(key);
-    let tg = start(c).await;
+    let tg = start_admin_tls(&pki, &up, false).await;
     let client = tls_client(&pki.serving_ca.pem, None, false);
     for path in PROTECTED {
         let (code, text) = get(&client, &format!("https://{}{path}", tg.admin))

@@ -89,8 +89,12 @@ pub struct Admin {
     pub header_read_seconds: f64,
     /// Seconds a connection may stay open with no request in flight. Default `60`.
     pub idle_seconds: f64,
-    /// TLS on the admin listener, and who may read `/metrics` and `/debug/*`.
-    pub tls: AdminTls,
+    /// TLS on the admin listener. `/debug/patterns` names users and `/metrics`
+    /// the cluster's shape: bind the listener to 127.0.0.1, or serve it over
+    /// TLS with a client CA, whose certificates `/metrics` and `/debug/*` then
+    /// require (401 without one). `/healthz`, `/livez` and `/readyz` stay open
+    /// to anyone who reaches the listener (probes send no certificate).
+    pub tls: ServingTls,
 }
 
 impl Default for Admin {
@@ -99,25 +103,9 @@ impl Default for Admin {
             max_connections: 64,
             header_read_seconds: 10.0,
             idle_seconds: 60.0,
-            tls: AdminTls::default(),
+            tls: ServingTls::default(),
         }
     }
-}
-
-/// TLS on the admin listener. `/debug/patterns` names users and `/metrics`
-/// the cluster's shape: bind the listener to 127.0.0.1, or serve it over TLS
-/// with a client CA. `/healthz`, `/livez` and `/readyz` stay open to anyone
-/// who reaches the listener (probes send no certificate).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct AdminTls {
-    /// Serving certificate chain (PEM). Default: none (plain HTTP).
-    pub cert_file: Option<PathBuf>,
-    /// Serving private key (PEM). Default: none.
-    pub key_file: Option<PathBuf>,
-    /// CA that signs the client certificates `/metrics` and `/debug/*` require;
-    /// without a certificate it signed they answer 401. Default: none (open).
-    pub client_ca_file: Option<PathBuf>,
 }
 
 /// Asking the apiserver who a bearer token belongs to, for classification
