@@ -13,8 +13,8 @@
 //! - `upstream.requestHeaders` (configured, [`Settings`]);
 //! - ConfigMap `kube-system/extension-apiserver-authentication`, which
 //!   kube-apiserver publishes with its `--requestheader-*` lists, read with
-//!   tollgate's own identity at start ([`learn_at_start`]) and every
-//!   `refreshSeconds` ([`learn_loop`]). Names once learned stay stripped: several
+//!   tollgate's own identity before serving when tollgate has a front-proxy
+//!   certificate ([`learn_at_start`]), and every `refreshSeconds` ([`learn_loop`]). Names once learned stay stripped: several
 //!   apiservers may have published different lists, and a stale name costs nothing.
 //!
 //! A certificate client's identity is forwarded only under the names the apiserver
@@ -363,15 +363,20 @@ fn read_timeout(config: &Config) -> Duration {
     Duration::from_secs_f64(up.connect_timeout_seconds + up.health_check.timeout_seconds)
 }
 
-/// Learn the names once before serving. Unlearned, tollgate still strips
-/// `X-Remote-*` and the configured names; in enforce mode with a front-proxy
-/// certificate and nothing configured that is not enough, and it refuses to
+/// Learn the names once before serving, when they matter: with a front-proxy
+/// certificate (without one the apiserver reads no identity header from
+/// tollgate's connections, and [`learn_loop`] learns them in the background).
+/// Unlearned, tollgate still strips `X-Remote-*` and the configured names; in
+/// enforce mode with nothing configured that is not enough, and it refuses to
 /// start with [`refusal`]'s message.
 pub async fn learn_at_start(
     config: &Config,
     pool: &UpstreamPool,
     trusted: &Trusted,
 ) -> Result<(), String> {
+    if !pool.has_front_proxy() {
+        return Ok(());
+    }
     match fetch(pool, read_timeout(config)).await {
         Ok(names) => {
             trusted.learn(&names);
@@ -382,7 +387,7 @@ pub async fn learn_at_start(
         }
         Err(why) => {
             let configured = config.upstream.request_headers.any();
-            if config.mode == Mode::Enforce && pool.has_front_proxy() && !configured {
+            if config.mode == Mode::Enforce && !configured {
                 return Err(refusal(&why));
             }
             tracing::warn!(error = %why, configured,
@@ -401,12 +406,16 @@ pub async fn learn_loop(
 ) {
     // Logged as a warning when it starts failing, then at debug level.
     let mut failing = false;
+    // Not learned at start (no front-proxy certificate, or the read failed): at once.
+    let mut first = !trusted.get().learned;
     loop {
         let c = config.get();
         let wait = Duration::from_secs_f64(c.upstream.request_headers.refresh_seconds);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
         }
         match fetch(&pool, read_timeout(&c)).await {
             Ok(names) => {
@@ -418,7 +427,9 @@ pub async fn learn_loop(
                     );
                 }
             }
-            Err(e) if !failing => {
+            // Without a front-proxy certificate the names only matter once one is added
+            // (a restart), so a failure is no warning.
+            Err(e) if !failing && pool.has_front_proxy() => {
                 failing = true;
                 tracing::warn!(error = %e, "cannot read the identity headers the apiserver trusts; keeping the names known so far");
             }
