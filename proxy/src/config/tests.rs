@@ -152,3 +152,53 @@ fn the_readme_example_is_the_defaults() {
     );
     assert_eq!(c.relist_guard.warmup_seconds, d.relist_guard.warmup_seconds);
 }
+
+#[test]
+fn flags_set_the_admin_tls_and_the_trusted_identity_headers() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: Flags,
+    }
+    let cli = Cli::try_parse_from([
+        "tollgate",
+        "--admin-tls-cert",
+        "a.crt",
+        "--admin-tls-key",
+        "a.key",
+        "--admin-client-ca",
+        "ca.crt",
+        "--requestheader-username-headers",
+        "X-Forwarded-User,X-Remote-User",
+        "--requestheader-group-headers=X-Forwarded-Groups",
+        "--requestheader-extra-headers-prefix",
+        "X-Forwarded-Extra-",
+    ])
+    .expect("parses");
+    let mut c = Config::from_yaml("upstream: {requestHeaders: {groupHeaders: [X-File-Group]}}")
+        .expect("parses");
+    c.apply(&cli.flags);
+    let tls = &c.admin.tls;
+    assert_eq!(
+        tls.cert_file.as_deref(),
+        Some(std::path::Path::new("a.crt"))
+    );
+    assert_eq!(tls.key_file.as_deref(), Some(std::path::Path::new("a.key")));
+    assert_eq!(
+        tls.client_ca_file.as_deref(),
+        Some(std::path::Path::new("ca.crt"))
+    );
+    let names = &c.upstream.request_headers;
+    assert_eq!(
+        names.username_headers,
+        ["X-Forwarded-User", "X-Remote-User"]
+    );
+    assert_eq!(names.group_headers, ["X-Forwarded-Groups"], "the flag wins");
+    assert_eq!(names.extra_headers_prefixes, ["X-Forwarded-Extra-"]);
+    // Not given: the file's list stays.
+    let mut c = Config::from_yaml("upstream: {requestHeaders: {groupHeaders: [X-File-Group]}}")
+        .expect("parses");
+    c.apply(&Flags::default());
+    assert_eq!(c.upstream.request_headers.group_headers, ["X-File-Group"]);
+}
