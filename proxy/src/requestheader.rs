@@ -406,8 +406,9 @@ pub async fn learn_loop(
 ) {
     // Logged as a warning when it starts failing, then at debug level.
     let mut failing = false;
-    // Not learned at start (no front-proxy certificate, or the read failed): at once.
-    let mut first = !trusted.get().learned;
+    // Without a front-proxy certificate nothing was read at start: at once. With one, the
+    // start's read failed (and said so) or succeeded; either way the next is a period away.
+    let mut first = !pool.has_front_proxy();
     loop {
         let c = config.get();
         let wait = Duration::from_secs_f64(c.upstream.request_headers.refresh_seconds);
@@ -427,7 +428,7 @@ pub async fn learn_loop(
                     );
                 }
             }
-            // Without a front-proxy certificate the names only matter once one is added
+            // Without a front-proxy certificate the names do not matter until one is added
             // (a restart), so a failure is no warning.
             Err(e) if !failing && pool.has_front_proxy() => {
                 failing = true;
