@@ -36,7 +36,8 @@
 //! - [`listener`]: what both listeners share (accept backoff, connection
 //!   caps, idle connections).
 //! - [`metrics`]: every metric; [`admin`]: the admin listener (`/metrics`,
-//!   `/healthz`, `/readyz`, `/debug/patterns`, `/debug/budget`); [`status`]: errors as
+//!   `/healthz`, `/readyz`, `/debug/patterns`, `/debug/budget`; optional TLS with a client CA
+//!   for `/metrics` and `/debug/*`); [`status`]: errors as
 //!   Kubernetes `Status` responses.
 #![forbid(unsafe_code)]
 
