@@ -311,6 +311,11 @@ impl Gateway {
             .patterns
             .lock()
             .set_settings(new.patterns.clone());
+        // Names added to upstream.requestHeaders are stripped at once; none stops being.
+        self.inner
+            .pool
+            .trusted_headers()
+            .configure(&new.upstream.request_headers);
         self.inner.config.set(new);
         tracing::info!("configuration reloaded");
         Ok(())

@@ -10,7 +10,7 @@
 //! let a certificate client's `X-Forwarded-Groups: system:masters` join the groups
 //! tollgate forwarded. Every forwarded request loses any header named in:
 //! - `X-Remote-*` (kube-apiserver's and kubeadm's names), always;
-//! - `upstream.requestHeaders` (configured, [`Settings`]);
+//! - `upstream.requestHeaders` (configured, [`Settings`]; a reload adds names);
 //! - ConfigMap `kube-system/extension-apiserver-authentication`, which
 //!   kube-apiserver publishes with its `--requestheader-*` lists, read with
 //!   tollgate's own identity before serving when tollgate has a front-proxy
@@ -314,11 +314,28 @@ impl Trusted {
 
     /// Add what an apiserver published; `true` if anything changed.
     pub fn learn(&self, names: &HeaderNames) -> bool {
+        self.update(|t| t.learned(names))
+    }
+
+    /// Add a reloaded configuration's names (validated already; one that is
+    /// not is left out). Names are never removed while tollgate runs.
+    pub fn configure(&self, settings: &Settings) -> bool {
+        match settings.names() {
+            Ok(names) => self.update(|t| {
+                let mut next = t.clone();
+                next.add(&names);
+                next
+            }),
+            Err(_) => false,
+        }
+    }
+
+    fn update(&self, next: impl FnOnce(&TrustedHeaders) -> TrustedHeaders) -> bool {
         let mut current = match self.0.write() {
             Ok(c) => c,
             Err(e) => e.into_inner(),
         };
-        let next = current.learned(names);
+        let next = next(&current);
         let changed = next != **current;
         *current = Arc::new(next);
         changed
@@ -597,6 +614,24 @@ mod tests {
             assert!(t.strips(&HeaderName::from_static(name)), "{name}");
         }
         assert_eq!(t.forward_names().0, "x-forwarded-user");
+    }
+
+    #[test]
+    fn a_reload_adds_configured_names() {
+        let trusted = Trusted::new(TrustedHeaders::default());
+        let settings = Settings {
+            group_headers: vec!["X-Proxy-Group".into()],
+            ..Settings::default()
+        };
+        assert!(trusted.configure(&settings));
+        assert!(trusted
+            .get()
+            .strips(&HeaderName::from_static("x-proxy-group")));
+        assert_eq!(trusted.get().forward_names().1, "x-proxy-group");
+        assert!(!trusted.configure(&Settings::default()), "nothing removed");
+        assert!(trusted
+            .get()
+            .strips(&HeaderName::from_static("x-proxy-group")));
     }
 
     #[test]
