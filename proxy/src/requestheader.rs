@@ -13,8 +13,10 @@
 //! - `upstream.requestHeaders` (configured, [`Settings`]; a reload adds names);
 //! - ConfigMap `kube-system/extension-apiserver-authentication`, which
 //!   kube-apiserver publishes with its `--requestheader-*` lists, read with
-//!   tollgate's own identity before serving when tollgate has a front-proxy
-//!   certificate ([`learn_at_start`]), and every `refreshSeconds` ([`learn_loop`]). Names once learned stay stripped: several
+//!   tollgate's own identity before serving ([`learn_at_start`]) and every
+//!   `refreshSeconds` ([`learn_loop`]) when tollgate has a front-proxy certificate:
+//!   without one the apiserver reads no identity header from tollgate's
+//!   connections, and `X-Remote-*` and the configured names are stripped anyway. Names once learned stay stripped: several
 //!   apiservers may have published different lists, and a stale name costs nothing.
 //!
 //! A certificate client's identity is forwarded only under the names the apiserver
@@ -382,7 +384,7 @@ fn read_timeout(config: &Config) -> Duration {
 
 /// Learn the names once before serving, when they matter: with a front-proxy
 /// certificate (without one the apiserver reads no identity header from
-/// tollgate's connections, and [`learn_loop`] learns them in the background).
+/// tollgate's connections, and tollgate does not ask).
 /// Unlearned, tollgate still strips `X-Remote-*` and the configured names; in
 /// enforce mode with nothing configured that is not enough, and it refuses to
 /// start with [`refusal`]'s message.
@@ -414,26 +416,27 @@ pub async fn learn_at_start(
     }
 }
 
-/// Read the ConfigMap every `upstream.requestHeaders.refreshSeconds` until `stop`.
+/// Read the ConfigMap every `upstream.requestHeaders.refreshSeconds` until
+/// `stop`, when tollgate has a front-proxy certificate.
 pub async fn learn_loop(
     config: Arc<config::Current>,
     pool: Arc<UpstreamPool>,
     trusted: Arc<Trusted>,
     stop: CancellationToken,
 ) {
+    // Without a front-proxy certificate the apiserver reads no identity header from
+    // tollgate's connections: the names do not matter, and tollgate asks nothing.
+    if !pool.has_front_proxy() {
+        return;
+    }
     // Logged as a warning when it starts failing, then at debug level.
     let mut failing = false;
-    // Without a front-proxy certificate nothing was read at start: at once. With one, the
-    // start's read failed (and said so) or succeeded; either way the next is a period away.
-    let mut first = !pool.has_front_proxy();
     loop {
         let c = config.get();
         let wait = Duration::from_secs_f64(c.upstream.request_headers.refresh_seconds);
-        if !std::mem::take(&mut first) {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
-            }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
         }
         match fetch(&pool, read_timeout(&c)).await {
             Ok(names) => {
@@ -445,9 +448,7 @@ pub async fn learn_loop(
                     );
                 }
             }
-            // Without a front-proxy certificate the names do not matter until one is added
-            // (a restart), so a failure is no warning.
-            Err(e) if !failing && pool.has_front_proxy() => {
+            Err(e) if !failing => {
                 failing = true;
                 tracing::warn!(error = %e, "cannot read the identity headers the apiserver trusts; keeping the names known so far");
             }
