@@ -20,7 +20,7 @@ use crate::capacity::results::Record;
 mod sizing;
 pub use sizing::{linear_fit, needed, quota_settings, Fit, SizeNeed, Sizing};
 
-/// `capacity.json`, as `capacity::command` writes it.
+/// `capacity.json`, as `capacity_command` writes it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityJson {

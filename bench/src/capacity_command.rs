@@ -3,6 +3,9 @@
 //! finishes), and writes the metric (`capacity.json`, `summary.md`) and the report
 //! (`report.html`, `report.md`). With `clusterSize`, it does so for each size under
 //! `sizes/<size>/` and writes the sizing recommendation (`sizing.json` and the report) on top.
+//!
+//! It sits above [`crate::capacity`] (the search, which knows nothing of reports) and
+//! [`crate::report`] (which reads what the search wrote).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,11 +13,11 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
-use super::execution::{number, ClusterSize, Execution};
-use super::experiment::{self, Binaries};
-use super::goodput::{self, Objective, Served};
-use super::results::{Record, ResultsFile};
-use super::search::{Cell, Metric, Step, Verdicts};
+use crate::capacity::execution::{number, ClusterSize, Execution};
+use crate::capacity::experiment::{self, Binaries};
+use crate::capacity::goodput::{self, Objective, Served};
+use crate::capacity::results::{Record, ResultsFile};
+use crate::capacity::search::{Cell, Metric, Step, Verdicts};
 use crate::report::capacity::{ExperimentPoint, Point, Sizing};
 
 /// The finished metric, as written to `capacity.json`.
