@@ -20,7 +20,7 @@ async fn main() {
             Err(e) => Err(e.into()),
         },
         Command::Capacity(args) => {
-            bench::capacity::command::main(&args.execution, &args.output, shutdown_signal()).await
+            bench::capacity_command::main(&args.execution, &args.output, shutdown_signal()).await
         }
         Command::Report(args) => bench::report::write_report(&args.dir)
             .map(|page| println!("report: {}", page.display()))

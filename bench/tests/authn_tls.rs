@@ -9,12 +9,11 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use bench::sim::auth::authn::{
-    is_admin, Authenticator, AuthnConfig, AuthnConfigError, AuthnFailure, UserInfo,
-};
+use bench::sim::auth::authn::{Authenticator, AuthnConfig, AuthnConfigError, AuthnFailure};
 use bench::sim::auth::kubeconfig::{write_kubeconfig, KubeUser};
 use bench::sim::auth::pki::{CertAuthority, CertKeyPem};
 use bench::sim::auth::tls::{parse_certs, peer_certificates, server_config};
+use bench::sim::auth::user::{is_admin, UserInfo};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use rustls_pki_types::CertificateDer;

@@ -49,10 +49,17 @@ async fn objects_live_in_etcd_and_the_cache_follows_its_watch() {
         .unwrap();
     let c = Http::new(&s.url);
 
+    seeded_objects_sit_under_the_apiservers_keys(&mut etcd, &c).await;
+    let made_rev = a_create_gets_the_keys_mod_revision(&mut etcd, &c).await;
+    let (sneaky, stale) =
+        a_pod_written_behind_its_back_is_listed_and_watched(&mut etcd, &c, made_rev).await;
+    updates_compare_the_mod_revision(&mut etcd, &c, &sneaky, &stale).await;
+    a_delete_behind_its_back_shows_and_the_metrics_tell_the_paths_apart(&mut etcd, &c).await;
+}
+
+async fn seeded_objects_sit_under_the_apiservers_keys(etcd: &mut Client, c: &Http) {
     // Seeded objects are under the apiserver's keys, at their mod revision.
-    let (node, node_rev) = etcd_value(&mut etcd, "/registry/minions/node-1")
-        .await
-        .unwrap();
+    let (node, node_rev) = etcd_value(etcd, "/registry/minions/node-1").await.unwrap();
     assert_eq!(node["metadata"]["name"], "node-1");
     assert!(
         node["metadata"].get("resourceVersion").is_none(),
@@ -60,12 +67,14 @@ async fn objects_live_in_etcd_and_the_cache_follows_its_watch() {
     );
     assert_eq!(rv(&c.get("/api/v1/nodes/node-1").await.json()), node_rev);
     assert!(
-        etcd_value(&mut etcd, "/registry/leases/kube-node-lease/node-1")
+        etcd_value(etcd, "/registry/leases/kube-node-lease/node-1")
             .await
             .is_some(),
         "leases under /registry/leases"
     );
+}
 
+async fn a_create_gets_the_keys_mod_revision(etcd: &mut Client, c: &Http) -> u64 {
     // A create through the API: resourceVersion is the key's mod revision.
     let made = c
         .post(
@@ -74,11 +83,19 @@ async fn objects_live_in_etcd_and_the_cache_follows_its_watch() {
         )
         .await;
     assert_eq!(made.status, 201);
-    let (_, made_rev) = etcd_value(&mut etcd, "/registry/pods/default/api-made")
+    let (_, made_rev) = etcd_value(etcd, "/registry/pods/default/api-made")
         .await
         .unwrap();
     assert_eq!(rv(&made.json()), made_rev);
+    made_rev
+}
 
+/// Returns the pod as written to etcd and as a GET read it (stale after the next write).
+async fn a_pod_written_behind_its_back_is_listed_and_watched(
+    etcd: &mut Client,
+    c: &Http,
+    made_rev: u64,
+) -> (Value, Value) {
     // Written behind the simulator's back: a consistent LIST reads etcd, so it is there at once.
     let mut w = c
         .watch(&format!(
@@ -122,15 +139,20 @@ async fn objects_live_in_etcd_and_the_cache_follows_its_watch() {
         .await
         .json();
     assert!(names(&cached).contains(&"sneaky".to_string()));
+    (sneaky, got.json())
+}
 
+async fn updates_compare_the_mod_revision(
+    etcd: &mut Client,
+    c: &Http,
+    sneaky: &Value,
+    stale: &Value,
+) {
     // An update compares the mod revision: changed in etcd since it was read, a pinned PUT is 409.
-    let stale = got.json();
     etcd.put("/registry/pods/default/sneaky", sneaky.to_string(), None)
         .await
         .unwrap();
-    let r = c
-        .put("/api/v1/namespaces/default/pods/sneaky", &stale)
-        .await;
+    let r = c.put("/api/v1/namespaces/default/pods/sneaky", stale).await;
     assert_eq!(r.status, 409, "{}", String::from_utf8_lossy(&r.body));
     // Unpinned, the update retries against the stored object and wins.
     let r = c
@@ -141,12 +163,17 @@ async fn objects_live_in_etcd_and_the_cache_follows_its_watch() {
         )
         .await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    let (stored, rev) = etcd_value(&mut etcd, "/registry/pods/default/sneaky")
+    let (stored, rev) = etcd_value(etcd, "/registry/pods/default/sneaky")
         .await
         .unwrap();
     assert_eq!(stored["metadata"]["labels"]["seen"], "yes");
     assert_eq!(rv(&r.json()), rev);
+}
 
+async fn a_delete_behind_its_back_shows_and_the_metrics_tell_the_paths_apart(
+    etcd: &mut Client,
+    c: &Http,
+) {
     // Deleted behind its back: gone from a consistent GET at once.
     etcd.delete("/registry/pods/default/sneaky", None)
         .await

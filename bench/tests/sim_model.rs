@@ -267,14 +267,26 @@ async fn an_oom_kill_drops_every_connection_and_the_relists_show() {
     );
 
     // Back up with a cold cache: rv=0 LISTs get 503 until it is filled …
+    a_cold_cache_answers_503_until_filled(&h).await;
+
+    // … then the informers relist: a storm of LISTs in the request metrics.
+    poll("the informers to relist", Duration::from_secs(30), || {
+        rx.borrow().0 >= 2 * INFORMERS
+    })
+    .await;
+    let after = metrics_text(&s.url).await.unwrap();
+    one_restart_and_the_relists_in_the_metrics(&after, lists_before, started_before, INFORMERS);
+    for t in tasks {
+        t.abort();
+    }
+}
+
+/// After the restart, rv=0 LISTs get 503 until the cache is filled, then 200.
+async fn a_cold_cache_answers_503_until_filled(h: &Http) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut saw_503 = false;
     loop {
-        if let Some(r) = try_get(
-            &h,
-            "/api/v1/namespaces/default/configmaps?resourceVersion=0",
-        )
-        .await
+        if let Some(r) = try_get(h, "/api/v1/namespaces/default/configmaps?resourceVersion=0").await
         {
             if r.status == 503 {
                 saw_503 = true;
@@ -289,35 +301,34 @@ async fn an_oom_kill_drops_every_connection_and_the_relists_show() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(saw_503, "no 503 while the cache was cold");
+}
 
-    // … then the informers relist: a storm of LISTs in the request metrics.
-    poll("the informers to relist", Duration::from_secs(30), || {
-        rx.borrow().0 >= 2 * INFORMERS
-    })
-    .await;
-    let after = metrics_text(&s.url).await.unwrap();
-    assert_eq!(metric(&after, "tollgate_sim_restarts_total", &[]), 1.0);
+/// One restart, the informers' relists (and the 503s) counted, a new process start time.
+fn one_restart_and_the_relists_in_the_metrics(
+    after: &str,
+    lists_before: f64,
+    started_before: f64,
+    informers: u32,
+) {
+    assert_eq!(metric(after, "tollgate_sim_restarts_total", &[]), 1.0);
     assert!(
         metric(
-            &after,
+            after,
             "apiserver_request_total",
             &[("verb", "LIST"), ("code", "200")]
-        ) >= lists_before + f64::from(INFORMERS),
+        ) >= lists_before + f64::from(informers),
         "{after}"
     );
     assert!(
         metric(
-            &after,
+            after,
             "apiserver_request_total",
             &[("verb", "LIST"), ("code", "503")]
         ) >= 1.0
     );
-    let started_after = metric(&after, "process_start_time_seconds", &[]);
+    let started_after = metric(after, "process_start_time_seconds", &[]);
     assert!(
         started_after > started_before,
         "process_start_time_seconds {started_before} → {started_after}"
     );
-    for t in tasks {
-        t.abort();
-    }
 }

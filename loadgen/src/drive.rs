@@ -107,20 +107,7 @@ async fn drive(
     conns: &Conns,
 ) {
     let max_in_flight = ctx.config.max_in_flight.max(1);
-    let duration = ctx.config.duration;
-    let ticks = Ticks::new(ctx.config.schedule.clone(), op.rate);
-    // Shards of a constant schedule interleave: shard i starts i/N of a period late.
-    let phase = match ctx.config.shard {
-        Some(s) => Duration::from_secs_f64(
-            f64::from(s.index) / f64::from(s.count) / op.rate.as_per_second(),
-        ),
-        None => Duration::ZERO,
-    };
-    let step = match ctx.config.schedule {
-        crate::schedule::ScheduleKind::Steps { step, .. } if !step.is_zero() => Some(step),
-        _ => None,
-    };
-    let std_start = start.into_std();
+    let mut ticks = DueTicks::new(op, &ctx.config, start);
     let mut alarm = match Alarm::new() {
         Ok(a) => a,
         Err(e) => {
@@ -135,8 +122,6 @@ async fn drive(
         pool: &pool,
         deadlines: &deadlines,
     };
-    let mut schedule = ticks.enumerate().peekable();
-    let mut ticks_done = false;
     let mut in_flight = FuturesUnordered::new();
     let mut cancelled = std::pin::pin!(abort.cancelled());
     let aborted = poll_fn(|cx| {
@@ -151,37 +136,23 @@ async fn drive(
             // Attempts past their deadline end (with a timeout) in this pass.
             deadlines.borrow_mut().expire(now);
             pool.reap();
-            let mut wake_at = deadlines.borrow().next_due();
-            if !ticks_done {
-                while let Some(&(i, offset)) = schedule.peek() {
-                    let at = offset + phase;
-                    if at >= duration {
-                        ticks_done = true;
-                        break;
-                    }
-                    if std_start + at > now + TIMER_SLACK {
-                        break;
-                    }
-                    schedule.next();
-                    if in_flight.len() >= max_in_flight {
-                        rec.drop_one();
-                        continue;
-                    }
-                    let intended = Instant::from_std(std_start + at);
-                    let now = Instant::from_std(now);
-                    rec.record_start_lag(now.saturating_duration_since(intended));
-                    // Latency runs from the intended start, or from the actual one
-                    // if the request left early: never shorter than what the server took.
-                    let slice = step.map(|s| (offset.as_secs_f64() / s.as_secs_f64()) as usize);
-                    in_flight.push(request(op, ctx, &client, rec, i as u64, intended.min(now), slice));
+            let deadline_due = deadlines.borrow().next_due();
+            ticks.take_due(now, |i, at, slice| {
+                if in_flight.len() >= max_in_flight {
+                    rec.drop_one();
+                    return;
                 }
-                if let Some(&(_, offset)) = schedule.peek().filter(|_| !ticks_done) {
-                    let due = (std_start + offset + phase)
-                        .checked_sub(TIMER_SLACK)
-                        .unwrap_or(std_start);
-                    wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
-                }
-            }
+                let intended = Instant::from_std(at);
+                let now = Instant::from_std(now);
+                rec.record_start_lag(now.saturating_duration_since(intended));
+                // Latency runs from the intended start, or from the actual one
+                // if the request left early: never shorter than what the server took.
+                in_flight.push(request(op, ctx, &client, rec, i, intended.min(now), slice));
+            });
+            let wake_at = match (deadline_due, ticks.next_due()) {
+                (Some(d), Some(t)) => Some(d.min(t)),
+                (d, t) => d.or(t),
+            };
             if let Some(due) = wake_at {
                 if let Err(e) = alarm.arm(due) {
                     tracing::error!(operation = %op.name, error = %e, "cannot set the driver's timer");
@@ -194,7 +165,7 @@ async fn drive(
             loop {
                 match in_flight.poll_next_unpin(cx) {
                     Poll::Ready(Some(())) => finished += 1,
-                    Poll::Ready(None) if ticks_done => return Poll::Ready(false),
+                    Poll::Ready(None) if ticks.done => return Poll::Ready(false),
                     _ if finished > 0 => break,
                     _ => {
                         // A connection closed in a request still running
@@ -211,6 +182,85 @@ async fn drive(
         for _ in 0..in_flight.len() {
             rec.cancel_one();
         }
+    }
+}
+
+/// The operation's ticks as its driver walks them: which are due now, and
+/// when the next one is.
+struct DueTicks {
+    ticks: std::iter::Peekable<std::iter::Enumerate<Ticks>>,
+    /// The schedule has reached the run's duration.
+    done: bool,
+    start: std::time::Instant,
+    /// Shards of a constant schedule interleave: shard i starts i/N of a period late.
+    phase: Duration,
+    duration: Duration,
+    /// A stepped schedule's step, to record each request in its step's slice.
+    step: Option<Duration>,
+}
+
+impl DueTicks {
+    fn new(op: &OpSpec, config: &Config, start: Instant) -> DueTicks {
+        let phase = match config.shard {
+            Some(s) => Duration::from_secs_f64(
+                f64::from(s.index) / f64::from(s.count) / op.rate.as_per_second(),
+            ),
+            None => Duration::ZERO,
+        };
+        let step = match config.schedule {
+            crate::schedule::ScheduleKind::Steps { step, .. } if !step.is_zero() => Some(step),
+            _ => None,
+        };
+        DueTicks {
+            ticks: Ticks::new(config.schedule.clone(), op.rate)
+                .enumerate()
+                .peekable(),
+            done: false,
+            start: start.into_std(),
+            phase,
+            duration: config.duration,
+            step,
+        }
+    }
+
+    /// Hands every tick due by `now` (less [`TIMER_SLACK`]) to `issue`, with
+    /// its index, intended start and step slice.
+    fn take_due(
+        &mut self,
+        now: std::time::Instant,
+        mut issue: impl FnMut(u64, std::time::Instant, Option<usize>),
+    ) {
+        if self.done {
+            return;
+        }
+        while let Some(&(i, offset)) = self.ticks.peek() {
+            let at = offset + self.phase;
+            if at >= self.duration {
+                self.done = true;
+                return;
+            }
+            if self.start + at > now + TIMER_SLACK {
+                return;
+            }
+            self.ticks.next();
+            let slice = self
+                .step
+                .map(|s| (offset.as_secs_f64() / s.as_secs_f64()) as usize);
+            issue(i as u64, self.start + at, slice);
+        }
+    }
+
+    /// When the alarm must ring for the next tick; `None` once the schedule is over.
+    fn next_due(&mut self) -> Option<std::time::Instant> {
+        if self.done {
+            return None;
+        }
+        let &(_, offset) = self.ticks.peek()?;
+        Some(
+            (self.start + offset + self.phase)
+                .checked_sub(TIMER_SLACK)
+                .unwrap_or(self.start),
+        )
     }
 }
 

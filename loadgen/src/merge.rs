@@ -12,7 +12,8 @@ use hdrhistogram::Histogram;
 
 use crate::output::{file_name, write_all};
 use crate::record::SecondRow;
-use crate::report::{ClassSummary, OperationSummary, Percentiles, Report, WatchSummary};
+use crate::report::{ClassSummary, OperationSummary, Percentiles, Report};
+use crate::watch::WatchSummary;
 
 /// Why shard results could not be merged.
 #[derive(Debug, thiserror::Error)]

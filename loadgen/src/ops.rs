@@ -275,26 +275,13 @@ impl OpSpec {
                 all_namespaces,
             } => {
                 let scope = (!*all_namespaces).then_some(ns);
-                let mut query = Vec::new();
-                if let Some(s) = label_selector {
-                    query.push(format!("labelSelector={}", encode(s)));
-                }
-                if let Some(s) = field_selector {
-                    query.push(format!("fieldSelector={}", encode(s)));
-                }
-                match (rv, exact_rv) {
-                    (ListRv::Consistent, _) => {}
-                    (ListRv::Cache, _) => query.push("resourceVersion=0".into()),
-                    (ListRv::Exact, Some(v)) => {
-                        query.push(format!("resourceVersion={}", encode(v)));
-                        query.push("resourceVersionMatch=Exact".into());
-                    }
-                    // No revision seen yet: a consistent list learns one.
-                    (ListRv::Exact, None) => {}
-                }
-                if let Some(l) = limit {
-                    query.push(format!("limit={l}"));
-                }
+                let query = list_query(
+                    label_selector.as_deref(),
+                    field_selector.as_deref(),
+                    rv,
+                    exact_rv,
+                    *limit,
+                );
                 Planned {
                     method: Method::GET,
                     path: with_query(self.resource.collection_path(scope), &query),
@@ -306,49 +293,7 @@ impl OpSpec {
                 path: self.resource.seeded_object_path(ns, &self.object_prefix, k),
                 body: None,
             },
-            OpKind::Patch { target, patch_type } => {
-                let content_type = match patch_type {
-                    PatchType::Strategic => "application/strategic-merge-patch+json",
-                    PatchType::Merge => "application/merge-patch+json",
-                };
-                let now = unix_nanos();
-                let (path, body) = match target {
-                    PatchTarget::NodeStatus => {
-                        let nodes: Resource = Resource {
-                            group: String::new(),
-                            version: "v1".into(),
-                            plural: "nodes".into(),
-                            namespaced: false,
-                        };
-                        let name = nodes.object_name(&self.object_prefix, k);
-                        let heartbeat = rfc3339(now);
-                        let body = serde_json::json!({
-                            "metadata": {"annotations": {WRITTEN_AT: now.to_string()}},
-                            "status": {"conditions": [{
-                                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                                "message": "kubelet is posting ready status",
-                                "lastHeartbeatTime": heartbeat,
-                            }]}
-                        });
-                        (format!("{}/status", nodes.object_path(ns, &name)), body)
-                    }
-                    PatchTarget::PodLabels => {
-                        let name = self.resource.object_name(&self.object_prefix, k);
-                        let body = serde_json::json!({
-                            "metadata": {
-                                "labels": {"loadgen.tollgate.dev/tick": (i % 1000).to_string()},
-                                "annotations": {WRITTEN_AT: now.to_string()},
-                            }
-                        });
-                        (self.resource.object_path(ns, &name), body)
-                    }
-                };
-                Planned {
-                    method: Method::PATCH,
-                    path,
-                    body: Some((content_type, Bytes::from(body.to_string()))),
-                }
-            }
+            OpKind::Patch { target, patch_type } => self.plan_patch(i, k, target, patch_type),
             OpKind::Create => {
                 let name = self.created_name(i);
                 Planned {
@@ -368,6 +313,83 @@ impl OpSpec {
         };
         Some(planned)
     }
+
+    /// A PATCH of the `k`-th object: a node's Ready heartbeat or a pod's labels.
+    fn plan_patch(&self, i: u64, k: u64, target: &PatchTarget, patch_type: &PatchType) -> Planned {
+        let ns = self.namespace.as_str();
+        let content_type = match patch_type {
+            PatchType::Strategic => "application/strategic-merge-patch+json",
+            PatchType::Merge => "application/merge-patch+json",
+        };
+        let now = unix_nanos();
+        let (path, body) = match target {
+            PatchTarget::NodeStatus => {
+                let nodes: Resource = Resource {
+                    group: String::new(),
+                    version: "v1".into(),
+                    plural: "nodes".into(),
+                    namespaced: false,
+                };
+                let name = nodes.object_name(&self.object_prefix, k);
+                let heartbeat = rfc3339(now);
+                let body = serde_json::json!({
+                    "metadata": {"annotations": {WRITTEN_AT: now.to_string()}},
+                    "status": {"conditions": [{
+                        "type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                        "lastHeartbeatTime": heartbeat,
+                    }]}
+                });
+                (format!("{}/status", nodes.object_path(ns, &name)), body)
+            }
+            PatchTarget::PodLabels => {
+                let name = self.resource.object_name(&self.object_prefix, k);
+                let body = serde_json::json!({
+                    "metadata": {
+                        "labels": {"loadgen.tollgate.dev/tick": (i % 1000).to_string()},
+                        "annotations": {WRITTEN_AT: now.to_string()},
+                    }
+                });
+                (self.resource.object_path(ns, &name), body)
+            }
+        };
+        Planned {
+            method: Method::PATCH,
+            path,
+            body: Some((content_type, Bytes::from(body.to_string()))),
+        }
+    }
+}
+
+/// A LIST's query: selectors, the revision its consistency class asks for, the page size.
+fn list_query(
+    label_selector: Option<&str>,
+    field_selector: Option<&str>,
+    rv: &ListRv,
+    exact_rv: Option<&str>,
+    limit: Option<u32>,
+) -> Vec<String> {
+    let mut query = Vec::new();
+    if let Some(s) = label_selector {
+        query.push(format!("labelSelector={}", encode(s)));
+    }
+    if let Some(s) = field_selector {
+        query.push(format!("fieldSelector={}", encode(s)));
+    }
+    match (rv, exact_rv) {
+        (ListRv::Consistent, _) => {}
+        (ListRv::Cache, _) => query.push("resourceVersion=0".into()),
+        (ListRv::Exact, Some(v)) => {
+            query.push(format!("resourceVersion={}", encode(v)));
+            query.push("resourceVersionMatch=Exact".into());
+        }
+        // No revision seen yet: a consistent list learns one.
+        (ListRv::Exact, None) => {}
+    }
+    if let Some(l) = limit {
+        query.push(format!("limit={l}"));
+    }
+    query
 }
 
 /// A minimal pod loadgen creates: labelled as loadgen's, stamped with [`WRITTEN_AT`].

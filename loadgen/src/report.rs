@@ -20,7 +20,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ops::{ListRv, OpKind};
 use crate::record::{ms, OpRecorder, OpStats, SecondRow};
-use crate::watch::WatchStats;
+use crate::watch::{WatchStats, WatchSummary};
 use crate::Config;
 
 /// The `summary.json` schema name and version.
@@ -181,19 +180,6 @@ pub struct StepSummary {
     pub latency_ms: Percentiles,
 }
 
-/// Watch counters at the end of the run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct WatchSummary {
-    pub watchers: u64,
-    pub active_at_end: u64,
-    pub events: u64,
-    pub bookmarks: u64,
-    pub reconnects: u64,
-    pub relists: u64,
-    pub gone_410: u64,
-    pub errors: u64,
-}
-
 fn ratio(n: u64, d: u64) -> f64 {
     if d == 0 {
         0.0
@@ -282,23 +268,6 @@ impl OperationSummary {
                 })
                 .collect(),
             ..Default::default()
-        }
-    }
-}
-
-impl WatchSummary {
-    /// The watchers' counters at the end of a run.
-    pub(crate) fn of(watchers: u64, w: &crate::watch::WatchStats) -> WatchSummary {
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        WatchSummary {
-            watchers,
-            active_at_end: get(&w.active),
-            events: get(&w.events),
-            bookmarks: get(&w.bookmarks),
-            reconnects: get(&w.reconnects),
-            relists: get(&w.relists),
-            gone_410: get(&w.gone),
-            errors: get(&w.errors),
         }
     }
 }

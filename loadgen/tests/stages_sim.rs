@@ -114,13 +114,31 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (_sim, url) = start_sim();
     let out = tempfile::tempdir().unwrap();
+    let run = start_loadgen_nodes(&url, out.path());
+    let target = TargetOptions {
+        server: Some(url.clone()),
+        ..Default::default()
+    };
+    let client = ApiClient::new(&target.resolve().unwrap());
+
+    nodes_are_initialized(&client).await;
+    pods_go_running(&client).await;
+    a_deleted_pod_goes(&client).await;
+    a_stage_heartbeats(&client).await;
+    finishes(run).await;
+    the_summary_counts_the_stages(out.path());
+}
+
+/// `loadgen nodes` with 2 nodes × 2 pods, the `fast` Stages and kwok's heartbeat Stage (time
+/// scaled), writing into `out`.
+fn start_loadgen_nodes(url: &str, out: &std::path::Path) -> Killed {
     let heartbeat =
         workspace().join("loadgen/tests/testdata/kwok/node/heartbeat/node-heartbeat.yaml");
     let mut run = Command::new(env!("CARGO_BIN_EXE_loadgen"));
     run.args([
         "nodes",
         "--server",
-        &url,
+        url,
         "--count",
         "2",
         "--pods-per-node",
@@ -139,20 +157,17 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
     .arg(&heartbeat)
     // kwok's heartbeat Stage waits 20–25 s: every 1–1.25 s here.
     .args(["--time-scale", "20", "--output"])
-    .arg(out.path())
+    .arg(out)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    let run = Killed(run.spawn().expect("starting loadgen"));
-    let target = TargetOptions {
-        server: Some(url.clone()),
-        ..Default::default()
-    };
-    let client = ApiClient::new(&target.resolve().unwrap());
+    Killed(run.spawn().expect("starting loadgen"))
+}
 
-    // node-initialize: registered without status, the Stage makes them Ready and Running.
+/// node-initialize: registered without status, the Stage makes them Ready and Running.
+async fn nodes_are_initialized(client: &ApiClient) {
     eventually(Duration::from_secs(30), "nodes initialized", || async {
         let (_, list) = call(
-            &client,
+            client,
             Method::GET,
             "/api/v1/nodes?labelSelector=loadgen.tollgate.dev%2Fsimulated-node%3Dtrue",
         )
@@ -165,9 +180,12 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
         (items.len() != 2 || done != 2).then(|| format!("{done} of {} nodes", items.len()))
     })
     .await;
-    // pod-ready: the pods created on them go Running with IPs.
+}
+
+/// pod-ready: the pods created on them go Running with IPs.
+async fn pods_go_running(client: &ApiClient) {
     eventually(Duration::from_secs(30), "pods running", || async {
-        let (_, list) = call(&client, Method::GET, "/api/v1/namespaces/default/pods").await;
+        let (_, list) = call(client, Method::GET, "/api/v1/namespaces/default/pods").await;
         let items = list["items"].as_array().cloned().unwrap_or_default();
         let mine: Vec<&Value> = items
             .iter()
@@ -184,7 +202,11 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
         (mine.len() != 4 || running != 4).then(|| format!("{running} of {} running", mine.len()))
     })
     .await;
-    let (_, list) = call(&client, Method::GET, "/api/v1/namespaces/default/pods").await;
+}
+
+/// A graceful delete (30 s grace on a node): the pod-delete Stage removes it long before.
+async fn a_deleted_pod_goes(client: &ApiClient) {
+    let (_, list) = call(client, Method::GET, "/api/v1/namespaces/default/pods").await;
     let victim = list["items"]
         .as_array()
         .and_then(|i| {
@@ -197,12 +219,11 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
         .and_then(|p| p["metadata"]["name"].as_str())
         .expect("a pod")
         .to_string();
-    // A graceful delete (30 s grace on a node): the pod-delete Stage removes it long before.
     let path = format!("/api/v1/namespaces/default/pods/{victim}");
-    let (status, body) = call(&client, Method::DELETE, &path).await;
+    let (status, body) = call(client, Method::DELETE, &path).await;
     assert!((200..300).contains(&status), "DELETE {status}: {body}");
     eventually(Duration::from_secs(10), "deleted pod gone", || async {
-        let (status, p) = call(&client, Method::GET, &path).await;
+        let (status, p) = call(client, Method::GET, &path).await;
         (status != 404).then(|| {
             format!(
                 "HTTP {status}, deletionTimestamp {}",
@@ -211,8 +232,11 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
         })
     })
     .await;
-    // The heartbeat Stage moves lastHeartbeatTime on.
-    let (_, node) = call(&client, Method::GET, "/api/v1/nodes").await;
+}
+
+/// The heartbeat Stage moves lastHeartbeatTime on.
+async fn a_stage_heartbeats(client: &ApiClient) {
+    let (_, node) = call(client, Method::GET, "/api/v1/nodes").await;
     let first: Vec<Value> = node["items"]
         .as_array()
         .unwrap()
@@ -220,7 +244,7 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
         .map(|n| n["status"]["conditions"][0]["lastHeartbeatTime"].clone())
         .collect();
     eventually(Duration::from_secs(10), "a Stage heartbeat", || async {
-        let (_, now) = call(&client, Method::GET, "/api/v1/nodes").await;
+        let (_, now) = call(client, Method::GET, "/api/v1/nodes").await;
         let later: Vec<Value> = now["items"]
             .as_array()
             .unwrap()
@@ -230,8 +254,10 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
         (later == first).then(|| "unchanged".to_string())
     })
     .await;
+}
 
-    let mut run = run;
+/// loadgen ends by itself, successfully.
+async fn finishes(mut run: Killed) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(s) = run.0.try_wait().unwrap() {
@@ -245,9 +271,12 @@ async fn stages_drive_nodes_and_pods_through_the_simulator() {
         let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
     }
     assert!(status.success(), "loadgen failed: {stderr}");
+}
+
+/// loadgen's own heartbeat is off; the Stages' writes and applications are counted.
+fn the_summary_counts_the_stages(out: &std::path::Path) {
     let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let ops = summary["operations"]
         .as_array()
         .cloned()

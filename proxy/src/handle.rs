@@ -47,10 +47,21 @@ pub async fn handle(
     );
     // pattern, predict
     let key = PatternKey::new(&classified, client.identity.class());
-    let predicted = gw.pattern_store().lock().predict(&key, started);
+    let (predicted, unlearned_heavy) = {
+        let cache = gw.pattern_store().lock();
+        let predicted = cache.predict(&key, started);
+        (predicted, admit::unlearned_heavy(&cache, &key, &predicted))
+    };
     tracing::debug!(pattern = %key, client = %client.identity.display_name(), predicted = predicted.cost(), "request");
     let mut ctx = RequestCtx {
-        lane: admit::lane(&config, &client, &classified, &key, &predicted),
+        lane: admit::lane(
+            &config,
+            &client,
+            &classified,
+            &key,
+            &predicted,
+            unlearned_heavy,
+        ),
         hold: admit::Hold::Nothing,
         upgrade: forward::is_upgrade(req.headers()),
         kind: RequestKind::of(&classified),

@@ -10,6 +10,10 @@
 //! - then the apiserver turns sensitive (each LIST in flight adds 80 ms to
 //!   every probe): the probes' p99 passes the 50 ms target and the budget
 //!   comes down.
+//!
+//! And a cold start against an apiserver that has not counted its objects
+//! yet (kube-apiserver 1.20 reports 0 for its first minute): the first LIST
+//! of the pattern still runs alone.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -41,16 +45,27 @@ struct Apiserver {
     served: AtomicUsize,
     /// Each LIST in flight adds 80 ms to every other request.
     sensitive: AtomicBool,
+    /// The most LISTs in flight at once before the first one was served.
+    most_before_first: AtomicUsize,
 }
 
 async fn serve(state: Arc<Apiserver>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.uri().path() == "/api/v1/pods" {
         let now = state.lists.fetch_add(1, Ordering::SeqCst) + 1;
         state.most_lists.fetch_max(now, Ordering::SeqCst);
+        if state.served.load(Ordering::SeqCst) == 0 {
+            state.most_before_first.fetch_max(now, Ordering::SeqCst);
+        }
         tokio::time::sleep(LIST_TIME).await;
         state.lists.fetch_sub(1, Ordering::SeqCst);
         state.served.fetch_add(1, Ordering::SeqCst);
         return Response::new(Full::new(Bytes::from(vec![b' '; LIST_BYTES])));
+    }
+    if req.uri().path() == "/metrics" {
+        // kube-apiserver 1.20 before its first count: every resource at 0.
+        return Response::new(Full::new(Bytes::from_static(
+            b"etcd_object_counts{resource=\"pods\"} 0\n",
+        )));
     }
     let lists = state.lists.load(Ordering::SeqCst) as u64;
     let extra = if state.sensitive.load(Ordering::SeqCst) {
@@ -217,5 +232,49 @@ async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down
     for f in flood {
         f.await.unwrap();
     }
+    tg.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unlearned_list_runs_alone_even_when_the_apiserver_counts_zero_objects() {
+    let stop = CancellationToken::new();
+    let state = Arc::new(Apiserver::default());
+    let url = start_apiserver(state.clone(), stop.clone()).await;
+    let mut c = config(&[&url]);
+    c.mode = Mode::Enforce;
+    c.relist_guard.enabled = false;
+    c.quota.per_client.requests_per_second = 0.0;
+    let tg = start(c).await;
+    let client = h1_client();
+    let scraped = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = get_text(&client, &tg.admin_url("/metrics")).await;
+        if m.contains("tollgate_resource_objects{resource=\"pods\"} 0") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < scraped, "no scrape: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Priced by that count (0 objects: 0 bytes), the six would all start at once.
+    let lists: Vec<_> = (0..6)
+        .map(|_| {
+            let (client, url) = (client.clone(), tg.url("http", "/api/v1/pods"));
+            tokio::spawn(async move { get_text(&client, &url).await.0 })
+        })
+        .collect();
+    for l in lists {
+        let status = l.await.unwrap();
+        assert!(
+            status == StatusCode::OK || status == StatusCode::TOO_MANY_REQUESTS,
+            "{status}"
+        );
+    }
+    assert!(state.served.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        state.most_before_first.load(Ordering::SeqCst),
+        1,
+        "LISTs of an unlearned pattern ran together before the first was served"
+    );
+    stop.cancel();
     tg.stop().await;
 }

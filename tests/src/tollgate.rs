@@ -84,93 +84,12 @@ impl TollgateProcess {
             .prefix("tollgate-e2e-proxy-")
             .tempdir()
             .context("creating tollgate's temp dir")?;
-        let pki = dir.path().join("pki");
-        std::fs::create_dir_all(&pki).context("creating tollgate's pki dir")?;
-        let write = |name: &str, pem: &str| -> anyhow::Result<PathBuf> {
-            let path = pki.join(name);
-            std::fs::write(&path, pem).with_context(|| format!("writing {}", path.display()))?;
-            Ok(path)
-        };
-
-        let mut args: Vec<String> = vec![
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--admin-listen".into(),
-            "127.0.0.1:0".into(),
-            "--upstream".into(),
-            options.upstream_url.clone(),
-        ];
-        let path_arg = |flag: &str, p: &Path| [flag.to_string(), p.display().to_string()];
-        if let Some(ca) = &options.upstream_ca_pem {
-            args.extend(path_arg("--upstream-ca", &write("upstream-ca.crt", ca)?));
-        }
-        let mut serving_ca_pem = None;
-        if options.tls {
-            let ca = CertAuthority::generate("tollgate-e2e-serving-ca")?;
-            let serving = ca.issue_server(&["127.0.0.1", "localhost"])?;
-            let (cert, key) = serving.write_to_dir(&pki, "serving")?;
-            args.extend(path_arg("--tls-cert", &cert));
-            args.extend(path_arg("--tls-key", &key));
-            serving_ca_pem = Some(ca.cert_pem().to_string());
-        }
-        if let Some(ca) = &options.client_ca_pem {
-            args.extend(path_arg("--client-ca", &write("client-ca.crt", ca)?));
-        }
-        if let Some(fp) = &options.front_proxy {
-            let (cert, key) = fp.write_to_dir(&pki, "front-proxy-client")?;
-            args.extend(path_arg("--front-proxy-cert", &cert));
-            args.extend(path_arg("--front-proxy-key", &key));
-        }
-        args.extend(options.args.iter().cloned());
-
+        let (args, serving_ca_pem) = flags(options, &dir.path().join("pki"))?;
         let stderr_log = dir.path().join("tollgate.stderr.log");
-        // The packages tollgate is built from.
-        let binary = fresh_workspace_binary("tollgate", &["proxy", "kubeio", "apimodel"]);
-        let mut cmd = match options.nofile {
-            // prlimit sets the limit and execs tollgate: the child's pid is tollgate's.
-            Some(n) => {
-                let mut c = Command::new("prlimit");
-                c.arg(format!("--nofile={n}")).arg(&binary);
-                c
-            }
-            None => Command::new(&binary),
-        };
-        cmd.args(&args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(File::create(&stderr_log).context("creating tollgate's log")?);
         let shown = format!("tollgate {}", args.join(" "));
-        let mut child = cmd.spawn().with_context(|| {
-            format!(
-                "starting {} (with `nofile`: under prlimit, from util-linux)",
-                binary.display()
-            )
-        })?;
-        let Some(stdout) = child.stdout.take() else {
-            let _ = child.kill();
-            let _ = child.wait();
-            anyhow::bail!("`{shown}`: no stdout pipe");
-        };
-        let mut stdout = LineReader::spawn(format!("`{shown}` stdout"), stdout);
-
+        let (mut child, mut stdout) = spawn(&args, options.nofile, &stderr_log, &shown)?;
         let deadline = Instant::now() + TOLLGATE_START_TIMEOUT;
-        let ready = loop {
-            match stdout.next_before(deadline) {
-                Next::Line(line) => {
-                    if let Some(addrs) = parse_ready_line(&line) {
-                        break Ok(addrs);
-                    }
-                }
-                Next::Timeout => {
-                    break Err(format!(
-                        "did not print its address within {TOLLGATE_START_TIMEOUT:?}"
-                    ))
-                }
-                Next::Closed => break Err("exited before printing its address".to_string()),
-            }
-        };
-        let mut this = match ready {
+        let mut this = match read_address(&mut stdout, deadline) {
             Ok((url, admin_addr)) => Self {
                 url,
                 admin_addr,
@@ -253,6 +172,106 @@ impl TollgateProcess {
     /// Whether tollgate is still running (it must be, at the end of every test).
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()
+    }
+}
+
+/// tollgate's command line for `options`, with the certificates it names written into `pki`;
+/// and with [`TollgateOptions::tls`], the CA of the serving certificate generated for it.
+fn flags(options: &TollgateOptions, pki: &Path) -> anyhow::Result<(Vec<String>, Option<String>)> {
+    std::fs::create_dir_all(pki).context("creating tollgate's pki dir")?;
+    let write = |name: &str, pem: &str| -> anyhow::Result<PathBuf> {
+        let path = pki.join(name);
+        std::fs::write(&path, pem).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
+    let mut args: Vec<String> = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--admin-listen".into(),
+        "127.0.0.1:0".into(),
+        "--upstream".into(),
+        options.upstream_url.clone(),
+    ];
+    let path_arg = |flag: &str, p: &Path| [flag.to_string(), p.display().to_string()];
+    if let Some(ca) = &options.upstream_ca_pem {
+        args.extend(path_arg("--upstream-ca", &write("upstream-ca.crt", ca)?));
+    }
+    let mut serving_ca_pem = None;
+    if options.tls {
+        let ca = CertAuthority::generate("tollgate-e2e-serving-ca")?;
+        let serving = ca.issue_server(&["127.0.0.1", "localhost"])?;
+        let (cert, key) = serving.write_to_dir(pki, "serving")?;
+        args.extend(path_arg("--tls-cert", &cert));
+        args.extend(path_arg("--tls-key", &key));
+        serving_ca_pem = Some(ca.cert_pem().to_string());
+    }
+    if let Some(ca) = &options.client_ca_pem {
+        args.extend(path_arg("--client-ca", &write("client-ca.crt", ca)?));
+    }
+    if let Some(fp) = &options.front_proxy {
+        let (cert, key) = fp.write_to_dir(pki, "front-proxy-client")?;
+        args.extend(path_arg("--front-proxy-cert", &cert));
+        args.extend(path_arg("--front-proxy-key", &key));
+    }
+    args.extend(options.args.iter().cloned());
+    Ok((args, serving_ca_pem))
+}
+
+/// Starts the freshly built tollgate with `args` (under `prlimit` with `nofile`), stderr to
+/// `stderr_log`, stdout read line by line.
+fn spawn(
+    args: &[String],
+    nofile: Option<u64>,
+    stderr_log: &Path,
+    shown: &str,
+) -> anyhow::Result<(std::process::Child, LineReader)> {
+    // The packages tollgate is built from.
+    let binary = fresh_workspace_binary("tollgate", &["proxy", "kubeio", "apimodel"]);
+    let mut cmd = match nofile {
+        // prlimit sets the limit and execs tollgate: the child's pid is tollgate's.
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}")).arg(&binary);
+            c
+        }
+        None => Command::new(&binary),
+    };
+    cmd.args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(File::create(stderr_log).context("creating tollgate's log")?);
+    let mut child = cmd.spawn().with_context(|| {
+        format!(
+            "starting {} (with `nofile`: under prlimit, from util-linux)",
+            binary.display()
+        )
+    })?;
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        anyhow::bail!("`{shown}`: no stdout pipe");
+    };
+    let stdout = LineReader::spawn(format!("`{shown}` stdout"), stdout);
+    Ok((child, stdout))
+}
+
+/// The client URL and admin address from tollgate's ready line, or why it never printed one.
+fn read_address(stdout: &mut LineReader, deadline: Instant) -> Result<(String, String), String> {
+    loop {
+        match stdout.next_before(deadline) {
+            Next::Line(line) => {
+                if let Some(addrs) = parse_ready_line(&line) {
+                    return Ok(addrs);
+                }
+            }
+            Next::Timeout => {
+                return Err(format!(
+                    "did not print its address within {TOLLGATE_START_TIMEOUT:?}"
+                ))
+            }
+            Next::Closed => return Err("exited before printing its address".to_string()),
+        }
     }
 }
 

@@ -11,9 +11,9 @@
 //! - [`results`]: the append-only results file that replay reads.
 //! - [`experiment`]: one experiment: start the system under test, run loadgen, check SLOs.
 //! - [`samples`]: metrics sampled each second during an experiment (tollgate's quota pool).
-//! - [`command`]: the command: replay, search, write `capacity.json` and `summary.md`.
+//!
+//! The command that runs the search and writes its reports is [`crate::capacity_command`].
 
-pub mod command;
 pub mod execution;
 pub mod experiment;
 pub mod goodput;

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use super::{EtcdConfig, OP_PUT, OP_RANGE, OP_WATCH};
 use crate::record::OpRecorder;
-use crate::report::{OperationSummary, Report, WatchSummary};
+use crate::report::{OperationSummary, Report};
 use crate::watch::WatchStats;
+use crate::watch::WatchSummary;
 
 /// Collects the recorders' results.
 pub(crate) fn build(

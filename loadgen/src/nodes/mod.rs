@@ -128,7 +128,7 @@ pub struct NodesSummary {
     pub daemons: u64,
     pub pods_bound: u64,
     /// The daemons' watches: `{watchers, active_at_end, events, …}`.
-    pub daemon_watches: crate::report::WatchSummary,
+    pub daemon_watches: crate::watch::WatchSummary,
     /// With `--stages`: Stages applied by name, failed requests, render errors, dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<crate::stages::engine::StagesSummary>,
@@ -143,7 +143,7 @@ impl NodesStats {
             lease_renew_interval_s: spec.lease_renew.as_secs_f64(),
             daemons: get(&self.daemons),
             pods_bound: get(&self.bound),
-            daemon_watches: crate::report::WatchSummary::of(get(&self.daemons), &self.watch),
+            daemon_watches: crate::watch::WatchSummary::of(get(&self.daemons), &self.watch),
             stages: self.stages.get().map(|s| s.summary()),
         }
     }

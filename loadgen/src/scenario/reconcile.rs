@@ -116,86 +116,21 @@ pub async fn reconcile(phase: &ObjectPhase, live: &Live, ctx: &ReconcileCtx<'_>)
             return t.clone();
         }
     }
-    // Every (namespace, replica) with something to do, in order, with each
-    // bundle object's replicas before the phase.
-    let mut units: Vec<(String, u64)> = Vec::new();
-    let mut before: HashMap<(String, usize), u32> = HashMap::new();
-    for ns in &namespaces {
-        let mut top = 0;
-        for (j, set) in phase.bundle.iter().enumerate() {
-            let prev = live.replicas(ns, &set.basename);
-            before.insert((ns.clone(), j), prev);
-            top = top.max(prev.max(phase.replicas));
-        }
-        units.extend((0..u64::from(top)).map(|i| (ns.clone(), i)));
-    }
-    let op_for = |ns: &str, j: usize, i: u64| -> Option<Op> {
-        let prev = u64::from(before[&(ns.to_string(), j)]);
-        let want = u64::from(phase.replicas);
-        if i >= prev && i < want {
-            Some(Op::Create)
-        } else if i >= want && i < prev {
-            Some(Op::Delete)
-        } else if i < want && prev == want {
-            Some(Op::Update)
-        } else {
-            None
-        }
-    };
-    // Only units with something to do take a slot in the tuning set's
-    // schedule (scaling 100 → 200 spreads 100 creates, not 200 units).
-    units.retain(|(ns, i)| (0..phase.bundle.len()).any(|j| op_for(ns, j, *i).is_some()));
+    let work = Work::new(phase, live, &namespaces);
     let offsets = match &phase.tuning {
-        Some(t) => t.offsets(units.len(), ctx.seed),
-        None => vec![Duration::ZERO; units.len()],
+        Some(t) => t.offsets(work.units.len(), ctx.seed),
+        None => vec![Duration::ZERO; work.units.len()],
     };
     let start = Instant::now();
     let lag = Mutex::new(crate::record::new_histogram());
     tuning::spread(&offsets, start, |u| {
-        let (ns, i) = units[u].clone();
-        let tally = &tally;
-        let op_for = &op_for;
+        let (ns, i) = work.units[u].clone();
         let late = start.elapsed().saturating_sub(offsets[u]);
         lock(&lag).saturating_record(u64::try_from(late.as_micros()).unwrap_or(u64::MAX).max(1));
-        async move {
-            // Creates and updates in bundle order, deletes in reverse (a
-            // service before its deployment, removed after it).
-            let mut order: Vec<(usize, Op)> = (0..phase.bundle.len())
-                .filter_map(|j| op_for(&ns, j, i).map(|op| (j, op)))
-                .collect();
-            order.sort_by_key(|(j, op)| match op {
-                Op::Delete => usize::MAX - j,
-                _ => *j,
-            });
-            for (j, op) in order {
-                let r = one(&phase.bundle[j], op, &ns, i, ctx).await;
-                let mut t = lock(tally);
-                match r {
-                    Ok(()) => match op {
-                        Op::Create => t.created += 1,
-                        Op::Update => t.updated += 1,
-                        Op::Delete => t.deleted += 1,
-                    },
-                    Err(e) => {
-                        t.failed += 1;
-                        t.first_error.get_or_insert(e);
-                    }
-                }
-            }
-        }
+        run_unit(phase, &work, ns, i, ctx, &tally)
     })
     .await;
-    let mut sets = lock(&live.sets);
-    for ns in &namespaces {
-        for set in &phase.bundle {
-            let key = (ns.clone(), set.basename.clone());
-            if phase.replicas == 0 {
-                sets.remove(&key);
-            } else {
-                sets.insert(key, (phase.replicas, set.resource.clone()));
-            }
-        }
-    }
+    record_live(phase, live, &namespaces);
     let mut out = lock(&tally).clone();
     let lag = lock(&lag);
     if !lag.is_empty() {
@@ -205,6 +140,116 @@ pub async fn reconcile(phase: &ObjectPhase, live: &Live, ctx: &ReconcileCtx<'_>)
         };
     }
     out
+}
+
+/// A phase's units: which replica of which bundle object each creates,
+/// updates or deletes.
+struct Work {
+    /// Every (namespace, replica) with something to do, in order.
+    units: Vec<(String, u64)>,
+    /// Each bundle object's replicas before the phase, by (namespace, index in the bundle).
+    before: HashMap<(String, usize), u32>,
+    /// The replicas the phase declares.
+    want: u32,
+    /// How many objects the bundle has.
+    bundle: usize,
+}
+
+impl Work {
+    fn new(phase: &ObjectPhase, live: &Live, namespaces: &[String]) -> Work {
+        let mut work = Work {
+            units: Vec::new(),
+            before: HashMap::new(),
+            want: phase.replicas,
+            bundle: phase.bundle.len(),
+        };
+        let mut units = Vec::new();
+        for ns in namespaces {
+            let mut top = 0;
+            for (j, set) in phase.bundle.iter().enumerate() {
+                let prev = live.replicas(ns, &set.basename);
+                work.before.insert((ns.clone(), j), prev);
+                top = top.max(prev.max(phase.replicas));
+            }
+            units.extend((0..u64::from(top)).map(|i| (ns.clone(), i)));
+        }
+        // Only units with something to do take a slot in the tuning set's
+        // schedule (scaling 100 → 200 spreads 100 creates, not 200 units).
+        work.units = units
+            .into_iter()
+            .filter(|(ns, i)| (0..work.bundle).any(|j| work.op(ns, j, *i).is_some()))
+            .collect();
+        work
+    }
+
+    /// What replica `i` of bundle object `j` in `ns` needs, if anything.
+    fn op(&self, ns: &str, j: usize, i: u64) -> Option<Op> {
+        let prev = u64::from(self.before[&(ns.to_string(), j)]);
+        let want = u64::from(self.want);
+        if i >= prev && i < want {
+            Some(Op::Create)
+        } else if i >= want && i < prev {
+            Some(Op::Delete)
+        } else if i < want && prev == want {
+            Some(Op::Update)
+        } else {
+            None
+        }
+    }
+
+    /// Unit (`ns`, `i`)'s writes: creates and updates in bundle order, deletes
+    /// in reverse (a service before its deployment, removed after it).
+    fn order(&self, ns: &str, i: u64) -> Vec<(usize, Op)> {
+        let mut order: Vec<(usize, Op)> = (0..self.bundle)
+            .filter_map(|j| self.op(ns, j, i).map(|op| (j, op)))
+            .collect();
+        order.sort_by_key(|(j, op)| match op {
+            Op::Delete => usize::MAX - j,
+            _ => *j,
+        });
+        order
+    }
+}
+
+/// Performs one unit's writes, counting each in `tally`.
+async fn run_unit(
+    phase: &ObjectPhase,
+    work: &Work,
+    ns: String,
+    i: u64,
+    ctx: &ReconcileCtx<'_>,
+    tally: &Mutex<ObjectTally>,
+) {
+    for (j, op) in work.order(&ns, i) {
+        let r = one(&phase.bundle[j], op, &ns, i, ctx).await;
+        let mut t = lock(tally);
+        match r {
+            Ok(()) => match op {
+                Op::Create => t.created += 1,
+                Op::Update => t.updated += 1,
+                Op::Delete => t.deleted += 1,
+            },
+            Err(e) => {
+                t.failed += 1;
+                t.first_error.get_or_insert(e);
+            }
+        }
+    }
+}
+
+/// Records in `live` the replicas `phase` declared.
+fn record_live(phase: &ObjectPhase, live: &Live, namespaces: &[String]) {
+    let mut sets = lock(&live.sets);
+    for ns in namespaces {
+        for set in &phase.bundle {
+            let key = (ns.clone(), set.basename.clone());
+            if phase.replicas == 0 {
+                sets.remove(&key);
+            } else {
+                sets.insert(key, (phase.replicas, set.resource.clone()));
+            }
+        }
+    }
 }
 
 /// The object `set` renders for replica `i` in `ns`, with the name, namespace,

@@ -56,6 +56,36 @@ pub struct WatchStats {
     pub errors: AtomicU64,
 }
 
+/// Watch counters at the end of the run.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WatchSummary {
+    pub watchers: u64,
+    pub active_at_end: u64,
+    pub events: u64,
+    pub bookmarks: u64,
+    pub reconnects: u64,
+    pub relists: u64,
+    pub gone_410: u64,
+    pub errors: u64,
+}
+
+impl WatchSummary {
+    /// The watchers' counters at the end of a run.
+    pub(crate) fn of(watchers: u64, w: &WatchStats) -> WatchSummary {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        WatchSummary {
+            watchers,
+            active_at_end: get(&w.active),
+            events: get(&w.events),
+            bookmarks: get(&w.bookmarks),
+            reconnects: get(&w.reconnects),
+            relists: get(&w.relists),
+            gone_410: get(&w.gone),
+            errors: get(&w.errors),
+        }
+    }
+}
+
 /// The last `written-at` stamp seen per object (keyed by a hash of
 /// namespace/name), so each write is timed once.
 #[derive(Debug, Default)]

@@ -27,7 +27,7 @@ use crate::enforce::settings::FlowBy;
 use crate::identity::Client;
 use crate::metrics::{DecisionLabel, LaneLabel, Metrics, VerbCode};
 use crate::pattern::PatternKey;
-use crate::predict::{PatternStore, Prediction, Source};
+use crate::predict::{PatternCache, PatternStore, Prediction, Source};
 use crate::status::status_response;
 use crate::Body;
 
@@ -64,16 +64,24 @@ pub fn with_lane(mut resp: Response<Body>, lane: Lane) -> Response<Body> {
 }
 
 /// The lane a request is served in: by identity, verb and resource; a LIST
-/// predicted to cost at least `lanes.heavyThresholdBytes` is heavy.
+/// predicted to cost at least `lanes.heavyThresholdBytes` is heavy, and so
+/// is one of an unlearned pattern that looks heavy (`unlearned_heavy`,
+/// see [`crate::budget::unlearned`]) whatever its prior says: a prior can
+/// be far too low. kube-apiserver 1.20 counts objects once a minute, so
+/// for its first minute a freshly started apiserver reports 0 pods; priced
+/// at 0 bytes, a dozen 25 MB LISTs went to the workload lane at once, past
+/// the one-at-a-time gate and the in-flight budget.
 pub fn lane(
     config: &Config,
     client: &Client,
     classified: &Classified,
     key: &PatternKey,
     predicted: &Prediction,
+    unlearned_heavy: bool,
 ) -> Lane {
     let cost = charge(predicted, config.quota.etcd_read_weight);
-    let heavy = key.is_list_like() && cost >= config.lanes.heavy_threshold_bytes;
+    let heavy =
+        key.is_list_like() && (unlearned_heavy || cost >= config.lanes.heavy_threshold_bytes);
     let info = &classified.info;
     let subject = Subject {
         identity: &client.identity,
@@ -83,6 +91,13 @@ pub fn lane(
         heavy,
     };
     assign(&config.lanes, &subject)
+}
+
+/// Whether `predicted` for `key` is a prior (no completed response yet) of a
+/// pattern that looks heavy, by the object count `cache` has scraped.
+pub fn unlearned_heavy(cache: &PatternCache, key: &PatternKey, predicted: &Prediction) -> bool {
+    predicted.source != Source::Pattern
+        && looks_heavy(key.verb, key.limit, cache.object_count(&key.resource))
 }
 
 /// The admit step for a request in `ctx.lane`: admit (what it holds goes in
@@ -157,10 +172,7 @@ async fn unlearned_turn(
             if waited {
                 ctx.predicted = cache.predict(&ctx.key, Instant::now());
             }
-            let objects = cache.object_count(&ctx.key.resource);
-            let key = &ctx.key;
-            if ctx.predicted.source == Source::Pattern || !looks_heavy(key.verb, key.limit, objects)
-            {
+            if !unlearned_heavy(&cache, &ctx.key, &ctx.predicted) {
                 return Ok(None);
             }
         }

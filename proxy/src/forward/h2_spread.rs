@@ -40,9 +40,67 @@ pub(crate) struct Connect {
 pub struct H2Spread {
     config: Connect,
     limit: usize,
+    /// HTTP/2 flow-control windows `(stream, connection)`; hyper's defaults if `None`.
+    windows: Option<(u32, u32)>,
     clients: Mutex<Vec<(HttpClient, Arc<AtomicUsize>)>>,
     h2_known: AtomicBool,
 }
+
+/// The spreads of one identity: one for light requests, one for bulk ones
+/// (LISTs, watches, anything long-running or in the heavy lane). HTTP/2
+/// flow control is per connection as well as per stream: with hyper's
+/// defaults (5 MB per connection, 2 MB per stream) three LISTs whose
+/// clients stop reading fill the connection's window with bytes tollgate
+/// cannot pass on, and every other stream on it then gets its headers but
+/// not its body. So heartbeats and other light requests never share a
+/// connection with bulk ones (tests/h2_isolation.rs).
+#[derive(Debug)]
+pub struct Spreads {
+    light: H2Spread,
+    bulk: H2Spread,
+}
+
+impl Spreads {
+    pub(crate) fn new(config: Connect, limit: usize) -> Spreads {
+        // Streams of one kind share connections too (bulk ones with watches);
+        // each connection's window covers all its streams' windows, so one
+        // stream's unread bytes never hold up another's. What that costs is
+        // bounded: at most `limit` × `STREAM_WINDOW` unread bytes per
+        // connection (125 MiB at 1.20's 250 streams, only if every client
+        // stops reading).
+        let connection = (STREAM_WINDOW as u64 * limit.max(1) as u64).min(MAX_WINDOW as u64);
+        let windows = Some((STREAM_WINDOW, connection as u32));
+        Spreads {
+            light: H2Spread::new(config.clone(), limit, windows),
+            bulk: H2Spread::new(config, limit, windows),
+        }
+    }
+
+    pub(crate) fn get(&self, bulk: bool) -> &H2Spread {
+        if bulk {
+            &self.bulk
+        } else {
+            &self.light
+        }
+    }
+
+    /// Records the HTTP version of a response from the upstream, for both.
+    pub(crate) fn learn(&self, version: http::Version) {
+        self.light.learn(version);
+        self.bulk.learn(version);
+    }
+
+    /// Clients opened so far, light and bulk.
+    pub fn opened(&self) -> usize {
+        self.light.opened() + self.bulk.opened()
+    }
+}
+
+/// A stream's flow-control window: on loopback or a LAN, 512 KiB in flight
+/// streams far faster than an apiserver encodes.
+const STREAM_WINDOW: u32 = 512 * 1024;
+/// The largest window HTTP/2 allows (2^31 − 1).
+const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// One open request's place on a client's connection; freed on drop.
 #[derive(Debug)]
@@ -55,10 +113,11 @@ impl Drop for StreamSlot {
 }
 
 impl H2Spread {
-    pub(crate) fn new(config: Connect, limit: usize) -> H2Spread {
+    pub(crate) fn new(config: Connect, limit: usize, windows: Option<(u32, u32)>) -> H2Spread {
         H2Spread {
             config,
             limit: limit.max(1),
+            windows,
             clients: Mutex::new(Vec::new()),
             h2_known: AtomicBool::new(false),
         }
@@ -79,11 +138,16 @@ impl H2Spread {
                 return (client.clone(), StreamSlot(active.clone()));
             }
         }
-        let client = if self.h2_known.load(Ordering::Relaxed) {
-            h2_only_client(self.config.clone())
-        } else {
-            http_client(self.config.clone(), true)
-        };
+        let mut builder = client_builder();
+        if let Some((stream, connection)) = self.windows {
+            builder
+                .http2_initial_stream_window_size(stream)
+                .http2_initial_connection_window_size(connection);
+        }
+        let h2_only = self.h2_known.load(Ordering::Relaxed);
+        let client = builder
+            .http2_only(h2_only)
+            .build(connector(self.config.clone(), true));
         let opened = (client, Arc::new(AtomicUsize::new(1)));
         clients.push(opened.clone());
         tracing::debug!(clients = clients.len(), "opened another upstream client");
@@ -99,12 +163,6 @@ impl H2Spread {
 /// The upstreams and the clients that reach them.
 pub(crate) fn http_client(config: Connect, h2: bool) -> HttpClient {
     client_builder().build(connector(config, h2))
-}
-
-fn h2_only_client(config: Connect) -> HttpClient {
-    client_builder()
-        .http2_only(true)
-        .build(connector(config, true))
 }
 
 fn client_builder() -> hyper_util::client::legacy::Builder {

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::context::RequestCtx;
+use crate::enforce::lane::Lane;
 use crate::status::{self, ProxyError};
 use crate::Body;
 
@@ -96,8 +97,12 @@ pub async fn forward(
     let timeout =
         (!ctx.long_running()).then(|| Duration::from_secs_f64(ctx.config.timeouts.request_seconds));
     let outbound = Request::from_parts(parts, body.boxed());
-    let (mut resp, outstanding) =
-        send(pool, outbound, replay, front_proxy, ctx.upgrade, timeout).await?;
+    let how = How {
+        front_proxy,
+        upgrade: ctx.upgrade,
+        bulk: ctx.long_running() || ctx.key.is_list_like() || ctx.lane == Lane::Heavy,
+    };
+    let (mut resp, outstanding) = send(pool, outbound, replay, how, timeout).await?;
     if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side)) = (resp.status(), on_client_upgrade)
     {
         let upstream_side = hyper::upgrade::on(&mut resp);
@@ -119,6 +124,17 @@ pub async fn forward(
         Response::from_parts(parts, body),
         outstanding,
     ))
+}
+
+/// Which of the pool's clients carries a request.
+#[derive(Debug, Clone, Copy)]
+struct How {
+    /// With the front-proxy certificate (the client's identity in headers).
+    front_proxy: bool,
+    /// HTTP/1.1 only: the connection becomes the tunnel.
+    upgrade: bool,
+    /// A LIST, a watch or anything long-running: never on a light request's connection.
+    bulk: bool,
 }
 
 /// What a request without a body is sent again with. Boxed: it is held
@@ -147,15 +163,20 @@ async fn send(
     pool: &UpstreamPool,
     mut outbound: Request<Body>,
     mut replay: Option<Box<Replay>>,
-    front_proxy: bool,
-    upgrade: bool,
+    how: How,
     timeout: Option<Duration>,
 ) -> Result<(Response<Incoming>, Outstanding), ProxyError> {
     let mut avoid = None;
     loop {
         let mut outstanding = pool.pick(avoid.as_ref()).ok_or(ProxyError::NoUpstream)?;
         let upstream = outstanding.upstream().clone();
-        let sent = pool.send(&mut outstanding, outbound, front_proxy, upgrade);
+        let sent = pool.send(
+            &mut outstanding,
+            outbound,
+            how.front_proxy,
+            how.upgrade,
+            how.bulk,
+        );
         let result = match timeout {
             Some(t) => tokio::time::timeout(t, sent)
                 .await

@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::h2_spread::{http_client, Connect, H2Spread, HttpClient, StreamSlot};
+use super::h2_spread::{http_client, Connect, HttpClient, Spreads, StreamSlot};
 use crate::config::{Config, ConfigError, HealthCheck};
 use crate::requestheader::{Trusted, TrustedHeaders};
 use crate::tls::{self, TlsError};
@@ -85,9 +85,9 @@ pub struct UpstreamPool {
     upstreams: Vec<Arc<Upstream>>,
     epoch: Instant,
     retry_after: Duration,
-    anonymous: H2Spread,
+    anonymous: Spreads,
     anonymous_h1: HttpClient,
-    front_proxy: Option<(H2Spread, HttpClient)>,
+    front_proxy: Option<(Spreads, HttpClient)>,
     own: HttpClient,
     health: HealthCheck,
     /// tollgate's own bearer token (from a kubeconfig), for its own requests only.
@@ -143,7 +143,7 @@ impl UpstreamPool {
             Some(id) => {
                 let cfg = connect(tls::client_config(roots.as_ref(), Some(id))?);
                 Some((
-                    H2Spread::new(cfg.clone(), up.max_streams_per_connection),
+                    Spreads::new(cfg.clone(), up.max_streams_per_connection),
                     http_client(cfg, false),
                 ))
             }
@@ -179,7 +179,7 @@ impl UpstreamPool {
             upstreams,
             epoch: Instant::now(),
             retry_after: Duration::from_secs_f64(up.health_check.interval_seconds),
-            anonymous: H2Spread::new(anon_cfg.clone(), up.max_streams_per_connection),
+            anonymous: Spreads::new(anon_cfg.clone(), up.max_streams_per_connection),
             anonymous_h1: http_client(anon_cfg, false),
             front_proxy,
             own: http_client(own_cfg, true),
@@ -261,14 +261,16 @@ impl UpstreamPool {
     }
 
     /// Send `req` to the upstream `slot` holds: through the front-proxy
-    /// client when `front_proxy`, HTTP/1.1-only when `upgrade`. The stream
-    /// slot stays in `slot` until it is dropped.
+    /// client when `front_proxy`, HTTP/1.1-only when `upgrade`, on the bulk
+    /// connections when `bulk` (see [`Spreads`]). The stream slot stays in
+    /// `slot` until it is dropped.
     pub async fn send(
         &self,
         slot: &mut Outstanding,
         mut req: Request<Body>,
         front_proxy: bool,
         upgrade: bool,
+        bulk: bool,
     ) -> Result<Response<Incoming>, SendError> {
         *req.uri_mut() = slot
             .upstream
@@ -277,7 +279,7 @@ impl UpstreamPool {
         *req.version_mut() = Version::HTTP_11;
         let spread = match (front_proxy, &self.front_proxy, upgrade) {
             (true, Some((_, h1)), true) => return h1.request(req).await.map_err(SendError::Client),
-            (true, Some((spread, _)), false) => spread,
+            (true, Some((spreads, _)), false) => spreads.get(bulk),
             (_, _, true) => {
                 return self
                     .anonymous_h1
@@ -285,7 +287,7 @@ impl UpstreamPool {
                     .await
                     .map_err(SendError::Client)
             }
-            (_, _, false) => &self.anonymous,
+            (_, _, false) => self.anonymous.get(bulk),
         };
         let (client, stream) = spread.acquire();
         slot.stream = Some(stream);

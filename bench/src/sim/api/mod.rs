@@ -23,6 +23,7 @@ use crate::sim::inflight::Inflight;
 use crate::sim::metrics::{DurationLabels, RequestLabels, SimMetrics};
 use crate::sim::model::ControlPlane;
 use crate::sim::resources::{self, ResourceDef};
+use crate::sim::storage::read::Filter;
 use crate::sim::storage::reaper::Reaper;
 use crate::sim::storage::store::Store;
 use crate::sim::storage::Storage;
@@ -264,7 +265,7 @@ impl Api {
         body: &[u8],
         dry_run: bool,
     ) -> Response<Body> {
-        let filter = match list::Filter::parse(def, &info.options) {
+        let filter = match Filter::parse(def, &info.options) {
             Ok(f) => f,
             Err(s) => return respond::status(&s),
         };

@@ -4,7 +4,7 @@
 use super::discovery;
 use super::respond::{self, Body};
 use super::{read_body, Api};
-use crate::sim::auth::authn::UserInfo;
+use crate::sim::auth::user::UserInfo;
 use crate::sim::resources;
 use apimodel::{RequestInfo, Status};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};

@@ -9,6 +9,7 @@ use crate::sim::clock;
 use crate::sim::inflight::InflightGuard;
 use crate::sim::metrics::{LongRunningLabels, StorageListLabels};
 use crate::sim::resources::{self, ResourceDef};
+use crate::sim::storage::read::{ListPlan, ReadAt};
 use apimodel::{RequestInfo, Status};
 use http::{header, HeaderValue, Response, StatusCode};
 use std::sync::Arc;
@@ -20,13 +21,13 @@ impl Api {
     /// after a modeled restart, cache reads go to storage, or get 503 with
     /// `--reject-until-cache-ready`. Exact revisions and continue tokens always
     /// read storage.
-    fn choose_store(&self, mut plan: list::ListPlan) -> Result<list::ListPlan, Status> {
+    fn choose_store(&self, mut plan: ListPlan) -> Result<ListPlan, Status> {
         let m = &self.model;
         let ready = m.cache_ready();
         if !plan.from_cache
             && m.config.consistent_reads_from_cache
             && ready
-            && plan.read_at == list::ReadAt::Latest
+            && plan.read_at == ReadAt::Latest
             && plan.start.is_none()
         {
             plan.from_cache = true;

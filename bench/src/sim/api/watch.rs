@@ -3,11 +3,11 @@
 //! exactly once and in order. A watcher that falls behind the history window
 //! gets an ERROR event with a 410, as from the real apiserver, never a gap.
 
-use super::list::Filter;
 use super::respond::{channel_body, Body, Encoding};
 use super::table;
 use crate::sim::resources::ResourceDef;
 use crate::sim::storage::object::Obj;
+use crate::sim::storage::read::Filter;
 use crate::sim::storage::store::{EventType, Store, StoreError};
 use apimodel::{ListOptions, Status};
 use bytes::{BufMut, Bytes, BytesMut};

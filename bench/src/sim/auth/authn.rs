@@ -24,30 +24,12 @@ use x509_parser::prelude::{AttributeTypeAndValue, FromDer, X509Certificate};
 use super::tls::{client_cert_verifier, ClientAuth, TlsError};
 use super::token_file::TokenFile;
 pub use super::token_file::TokenFileError;
+use super::user::{UserInfo, MASTERS_GROUP};
 
 pub const ADMIN_USER: &str = "system:admin";
 pub const ANONYMOUS_USER: &str = "system:anonymous";
-pub const MASTERS_GROUP: &str = "system:masters";
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
-
-/// An authenticated identity; serializes as `authentication.k8s.io/v1` `UserInfo` (the
-/// `status.userInfo` of a `SelfSubjectReview`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct UserInfo {
-    #[serde(rename = "username")]
-    pub name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub uid: String,
-    pub groups: Vec<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub extra: BTreeMap<String, Vec<String>>,
-}
-
-/// Whether `user` bypasses authorization, as `system:masters` members do.
-pub fn is_admin(user: &UserInfo) -> bool {
-    user.groups.iter().any(|g| g == MASTERS_GROUP)
-}
 
 /// The authentication flags of kube-apiserver that the sim supports.
 #[derive(Clone, Debug, PartialEq, Eq)]

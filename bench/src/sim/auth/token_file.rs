@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::authn::UserInfo;
+use super::user::UserInfo;
 
 /// The users of a `--token-auth-file`, by token.
 pub(crate) struct TokenFile {

@@ -14,8 +14,8 @@
 //!   "too old" means the same with either store.
 
 use super::object::Obj;
+use super::read::{Filter, ListPlan, ReadAt};
 use super::store::{ObjMap, Store, StoreError, Write};
-use crate::sim::api::list::{Filter, ListPlan, ReadAt};
 use crate::sim::resources::{self, ResourceDef, RESOURCES};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, KeyValue,

@@ -8,15 +8,19 @@
 //!   `--watch-cache-wait-timeout`. Consistent reads (GET or LIST without
 //!   resourceVersion), exact revisions and continue tokens read etcd;
 //!   `resourceVersion=0` and NotOlderThan read the cache, as kube-apiserver does.
+//!
+//! Both serve a [`read::ListPlan`]: what a LIST asks for, built by the API layer from the
+//! request's options and defined here, so storage never reaches up into `api`.
 
 pub mod etcd;
 pub mod etcd_server;
 pub mod object;
+pub mod read;
 pub mod reaper;
 pub mod seed_objects;
 pub mod store;
 
-use crate::sim::api::list::{self, ListPlan};
+use self::read::ListPlan;
 use crate::sim::resources::{self, ResourceDef};
 use apimodel::Status;
 use etcd::EtcdStore;
@@ -124,7 +128,7 @@ impl Storage {
         let idx = resources::index_of(def);
         match &self.backend {
             Backend::Etcd(etcd) if !plan.from_cache => {
-                if let list::ReadAt::Exact(at) = plan.read_at {
+                if let read::ReadAt::Exact(at) = plan.read_at {
                     // Our compaction policy first (etcd is compacted to it lazily).
                     let oldest = self.cache.compacted();
                     if at < oldest {
@@ -141,14 +145,14 @@ impl Storage {
             Backend::Etcd(_) => {
                 // Not older than N: the cache waits until it has seen N, as the
                 // apiserver's watch cache does, then serves it.
-                if let list::ReadAt::NotOlderThan(n) = plan.read_at {
+                if let read::ReadAt::NotOlderThan(n) = plan.read_at {
                     if self.wait_for_cache(n).await.is_err() {
                         return Err(Status::timeout(StoreError::TooNew(n).to_string()));
                     }
                 }
-                list::snapshot(&self.cache, idx, plan).map(|(rv, m)| (rv, m, false))
+                read::snapshot(&self.cache, idx, plan).map(|(rv, m)| (rv, m, false))
             }
-            _ => list::snapshot(&self.cache, idx, plan).map(|(rv, m)| (rv, m, !plan.from_cache)),
+            _ => read::snapshot(&self.cache, idx, plan).map(|(rv, m)| (rv, m, !plan.from_cache)),
         }
     }
 }
@@ -157,7 +161,7 @@ impl Storage {
 /// the same place at the current revision `now`.
 fn expired(plan: &ListPlan, now: u64) -> Status {
     match &plan.start {
-        Some(start) => list::expired_continue(now, start),
-        None => Status::expired(list::EXPIRED_LIST),
+        Some(start) => read::expired_continue(now, start),
+        None => Status::expired(read::EXPIRED_LIST),
     }
 }

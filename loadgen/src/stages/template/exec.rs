@@ -4,12 +4,11 @@
 //! on a nil map only when it is typed; kwok's objects never are), and
 //! `index` of a missing list is missing.
 
-use std::fmt::Write;
-
 use serde_json::Value;
 
 use super::funcs::{self, Funcs};
 use super::parse::{Node, Pipe, Term};
+use super::value::{print, truthy};
 
 /// Why rendering failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -25,35 +24,6 @@ pub(super) struct State<'a> {
     pub funcs: &'a Funcs,
     pub env: &'a funcs::Env,
     pub out: String,
-}
-
-/// Go's truth: false, 0, nil, and empty strings, lists and maps are false.
-pub fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
-
-/// How `{{ x }}` prints a value (Go's `fmt.Print`; lists and maps as JSON).
-pub fn print(v: &Value, out: &mut String) {
-    match v {
-        Value::Null => out.push_str("<no value>"),
-        Value::String(s) => out.push_str(s),
-        Value::Bool(b) => {
-            let _ = write!(out, "{b}");
-        }
-        Value::Number(n) => {
-            let _ = write!(out, "{n}");
-        }
-        other => {
-            let _ = write!(out, "{other}");
-        }
-    }
 }
 
 fn field(mut v: &Value, path: &[String]) -> Value {

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Map, Value};
 
-use super::exec::{print, truthy};
+use super::value::{print, truthy};
 
 /// What the node helpers need to know about the object being rendered.
 #[derive(Debug, Clone, Default)]

@@ -5,10 +5,12 @@
 //! - [`parse`]: source → tree; unknown functions are refused here.
 //! - [`exec`]: tree + JSON value → text.
 //! - [`funcs`]: the builtins, sprig's few, kwok's helpers.
+//! - [`value`]: a value's truth and printed form, as Go's templates see them.
 
 pub mod exec;
 pub mod funcs;
 pub mod parse;
+pub mod value;
 
 use serde_json::Value;
 

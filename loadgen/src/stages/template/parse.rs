@@ -79,135 +79,127 @@ enum Tok {
 /// Tokens, each with whether whitespace came before it (`.a .b` is two
 /// operands, `.a.b` one).
 fn lex(src: &str, line: usize) -> Result<Vec<(Tok, bool)>, ParseError> {
-    let err = |m: String| ParseError { line, message: m };
     let b = src.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
     let mut spaced = true;
     while i < b.len() {
-        let c = b[i] as char;
-        if c.is_whitespace() {
+        if (b[i] as char).is_whitespace() {
             spaced = true;
             i += 1;
             continue;
         }
-        let ident_end = |mut j: usize| {
-            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
-                j += 1;
-            }
-            j
-        };
-        let tok = match c {
-            '(' => {
-                i += 1;
-                Tok::LParen
-            }
-            ')' => {
-                i += 1;
-                Tok::RParen
-            }
-            '|' => {
-                i += 1;
-                Tok::Pipe
-            }
-            ',' => {
-                i += 1;
-                Tok::Comma
-            }
-            ':' if b.get(i + 1) == Some(&b'=') => {
-                i += 2;
-                Tok::Declare
-            }
-            '=' => {
-                i += 1;
-                Tok::Assign
-            }
-            '.' => {
-                let j = ident_end(i + 1);
-                let name = &src[i + 1..j];
-                i = j;
-                if name.is_empty() {
-                    Tok::Dot
-                } else {
-                    Tok::Field(name.to_string())
-                }
-            }
-            '$' => {
-                let j = ident_end(i + 1);
-                let name = src[i + 1..j].to_string();
-                i = j;
-                Tok::Var(name)
-            }
-            '"' => {
-                let mut j = i + 1;
-                let mut s = String::new();
-                loop {
-                    match b.get(j) {
-                        None => return Err(err("unterminated quoted string".into())),
-                        Some(b'"') => break,
-                        Some(b'\\') => {
-                            let e = b.get(j + 1).copied().unwrap_or(b'\\');
-                            s.push(match e {
-                                b'n' => '\n',
-                                b't' => '\t',
-                                b'r' => '\r',
-                                other => other as char,
-                            });
-                            j += 2;
-                        }
-                        Some(_) => {
-                            let ch = src[j..].chars().next().unwrap_or('?');
-                            s.push(ch);
-                            j += ch.len_utf8();
-                        }
-                    }
-                }
-                i = j + 1;
-                Tok::Lit(Value::String(s))
-            }
-            '`' => {
-                let Some(end) = src[i + 1..].find('`') else {
-                    return Err(err("unterminated raw string".into()));
-                };
-                let s = src[i + 1..i + 1 + end].to_string();
-                i += end + 2;
-                Tok::Lit(Value::String(s))
-            }
-            c if c.is_ascii_digit()
-                || (c == '-' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) =>
-            {
-                let mut j = i + 1;
-                while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'.') {
-                    j += 1;
-                }
-                let text = &src[i..j];
-                i = j;
-                let v = if let Ok(n) = text.parse::<i64>() {
-                    Value::from(n)
-                } else if let Ok(f) = text.parse::<f64>() {
-                    Value::from(f)
-                } else {
-                    return Err(err(format!("bad number {text:?}")));
-                };
-                Tok::Lit(v)
-            }
-            c if c.is_ascii_alphabetic() || c == '_' => {
-                let j = ident_end(i);
-                let name = &src[i..j];
-                i = j;
-                match name {
-                    "true" => Tok::Lit(Value::Bool(true)),
-                    "false" => Tok::Lit(Value::Bool(false)),
-                    "nil" => Tok::Lit(Value::Null),
-                    _ => Tok::Ident(name.to_string()),
-                }
-            }
-            other => return Err(err(format!("unexpected {other:?} in action"))),
-        };
+        let (tok, next) = lex_token(src, i).map_err(|message| ParseError { line, message })?;
+        i = next;
         out.push((tok, spaced));
         spaced = false;
     }
     Ok(out)
+}
+
+/// The token that starts at byte `i` (not whitespace), and the byte after it.
+fn lex_token(src: &str, i: usize) -> Result<(Tok, usize), String> {
+    let b = src.as_bytes();
+    let c = b[i] as char;
+    let tok = match c {
+        '(' => (Tok::LParen, i + 1),
+        ')' => (Tok::RParen, i + 1),
+        '|' => (Tok::Pipe, i + 1),
+        ',' => (Tok::Comma, i + 1),
+        ':' if b.get(i + 1) == Some(&b'=') => (Tok::Declare, i + 2),
+        '=' => (Tok::Assign, i + 1),
+        '.' => {
+            let j = ident_end(b, i + 1);
+            let name = &src[i + 1..j];
+            if name.is_empty() {
+                (Tok::Dot, j)
+            } else {
+                (Tok::Field(name.to_string()), j)
+            }
+        }
+        '$' => {
+            let j = ident_end(b, i + 1);
+            (Tok::Var(src[i + 1..j].to_string()), j)
+        }
+        '"' => lex_quoted(src, i)?,
+        '`' => {
+            let Some(end) = src[i + 1..].find('`') else {
+                return Err("unterminated raw string".into());
+            };
+            let s = src[i + 1..i + 1 + end].to_string();
+            (Tok::Lit(Value::String(s)), i + end + 2)
+        }
+        c if c.is_ascii_digit() || (c == '-' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) => {
+            lex_number(src, i)?
+        }
+        c if c.is_ascii_alphabetic() || c == '_' => {
+            let j = ident_end(b, i);
+            let tok = match &src[i..j] {
+                "true" => Tok::Lit(Value::Bool(true)),
+                "false" => Tok::Lit(Value::Bool(false)),
+                "nil" => Tok::Lit(Value::Null),
+                name => Tok::Ident(name.to_string()),
+            };
+            (tok, j)
+        }
+        other => return Err(format!("unexpected {other:?} in action")),
+    };
+    Ok(tok)
+}
+
+/// The end of the identifier that starts at byte `j`.
+fn ident_end(b: &[u8], mut j: usize) -> usize {
+    while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+        j += 1;
+    }
+    j
+}
+
+/// A `"…"` string with Go's common escapes, starting at the quote at `i`.
+fn lex_quoted(src: &str, i: usize) -> Result<(Tok, usize), String> {
+    let b = src.as_bytes();
+    let mut j = i + 1;
+    let mut s = String::new();
+    loop {
+        match b.get(j) {
+            None => return Err("unterminated quoted string".into()),
+            Some(b'"') => break,
+            Some(b'\\') => {
+                let e = b.get(j + 1).copied().unwrap_or(b'\\');
+                s.push(match e {
+                    b'n' => '\n',
+                    b't' => '\t',
+                    b'r' => '\r',
+                    other => other as char,
+                });
+                j += 2;
+            }
+            Some(_) => {
+                let ch = src[j..].chars().next().unwrap_or('?');
+                s.push(ch);
+                j += ch.len_utf8();
+            }
+        }
+    }
+    Ok((Tok::Lit(Value::String(s)), j + 1))
+}
+
+/// An integer or float literal starting at `i` (a leading `-` included).
+fn lex_number(src: &str, i: usize) -> Result<(Tok, usize), String> {
+    let b = src.as_bytes();
+    let mut j = i + 1;
+    while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'.') {
+        j += 1;
+    }
+    let text = &src[i..j];
+    let v = if let Ok(n) = text.parse::<i64>() {
+        Value::from(n)
+    } else if let Ok(f) = text.parse::<f64>() {
+        Value::from(f)
+    } else {
+        return Err(format!("bad number {text:?}"));
+    };
+    Ok((Tok::Lit(v), j))
 }
 
 // === parsing of one action's tokens ===

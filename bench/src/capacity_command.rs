@@ -3,6 +3,9 @@
 //! finishes), and writes the metric (`capacity.json`, `summary.md`) and the report
 //! (`report.html`, `report.md`). With `clusterSize`, it does so for each size under
 //! `sizes/<size>/` and writes the sizing recommendation (`sizing.json` and the report) on top.
+//!
+//! It sits above [`crate::capacity`] (the search, which knows nothing of reports) and
+//! [`crate::report`] (which reads what the search wrote).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,11 +13,11 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
-use super::execution::{number, ClusterSize, Execution};
-use super::experiment::{self, Binaries};
-use super::goodput::{self, Objective, Served};
-use super::results::ResultsFile;
-use super::search::{Cell, Metric, Step, Verdicts};
+use crate::capacity::execution::{number, ClusterSize, Execution};
+use crate::capacity::experiment::{self, Binaries};
+use crate::capacity::goodput::{self, Objective, Served};
+use crate::capacity::results::{Record, ResultsFile};
+use crate::capacity::search::{Cell, Metric, Step, Verdicts};
 use crate::report::capacity::{ExperimentPoint, Point, Sizing};
 
 /// The finished metric, as written to `capacity.json`.
@@ -159,10 +162,11 @@ fn resource_is_quota_rate(exec: &Execution) -> bool {
     })
 }
 
+/// The search in `output`: replays `results.jsonl`, runs the experiments it still wants, and
+/// writes `capacity.json` and `summary.md`.
 pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Result<Outcome> {
     std::fs::create_dir_all(output).with_context(|| format!("creating {}", output.display()))?;
     let mut results = ResultsFile::open(&output.join("results.jsonl"), &exec.fingerprint())?;
-    let (nl, nr) = (exec.load.values.len(), exec.resource.values.len());
     let replayed = results.verdicts(exec.repetitions).len();
     if replayed > 0 {
         eprintln!(
@@ -170,55 +174,89 @@ pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Re
             results.path().display()
         );
     }
+    let (nl, nr) = (exec.load.values.len(), exec.resource.values.len());
     let mut ran = 0;
     let metric = loop {
         let verdicts = results.verdicts(exec.repetitions);
         match exec.search.next(nl, nr, &verdicts) {
             Step::Done(metric) => break metric,
             Step::Run(cell) => {
-                let done = results.repetitions().get(&cell).map_or(0, |r| r.len()) as u32;
-                for rep in done..exec.repetitions {
-                    eprintln!(
-                        "capacity: experiment {} {} × {} {} (repetition {}/{})…",
-                        number(exec.load.values[cell.load]),
-                        exec.load.name,
-                        number(exec.resource.values[cell.resource]),
-                        exec.resource.name,
-                        rep + 1,
-                        exec.repetitions
-                    );
-                    let record = experiment::run(exec, bins, output, cell, rep).await?;
-                    let detail: Vec<String> = record
-                        .slos
-                        .iter()
-                        .map(|s| {
-                            format!(
-                                "{} {} (limit {})",
-                                s.name,
-                                s.value.map_or("missing".into(), |v| format!("{v:.3}")),
-                                number(s.limit)
-                            )
-                        })
-                        .collect();
-                    let served = record.served.map_or(String::new(), |s| {
-                        format!(
-                            "; served {} LISTs/min, {} MB",
-                            number((s.lists_per_minute * 10.0).round() / 10.0),
-                            number((s.bytes as f64 / 1e5).round() / 10.0)
-                        )
-                    });
-                    eprintln!(
-                        "capacity:   {} in {:.0} s: {}{served}",
-                        if record.ok { "PASS" } else { "FAIL" },
-                        record.seconds,
-                        detail.join("; ")
-                    );
-                    results.append(record)?;
-                }
+                run_experiment(exec, bins, output, &mut results, cell).await?;
                 ran += 1;
             }
         }
     };
+    let outcome = outcome(exec, &results, metric, ran, replayed);
+    let json = serde_json::to_string_pretty(&outcome)?;
+    std::fs::write(output.join("capacity.json"), json)?;
+    std::fs::write(output.join("summary.md"), summary_markdown(exec, &outcome))?;
+    Ok(outcome)
+}
+
+/// Runs the repetitions of `cell` that `results` does not hold yet, appending each as it finishes.
+async fn run_experiment(
+    exec: &Execution,
+    bins: &Binaries,
+    output: &Path,
+    results: &mut ResultsFile,
+    cell: Cell,
+) -> anyhow::Result<()> {
+    let done = results.repetitions().get(&cell).map_or(0, |r| r.len()) as u32;
+    for rep in done..exec.repetitions {
+        eprintln!(
+            "capacity: experiment {} {} × {} {} (repetition {}/{})…",
+            number(exec.load.values[cell.load]),
+            exec.load.name,
+            number(exec.resource.values[cell.resource]),
+            exec.resource.name,
+            rep + 1,
+            exec.repetitions
+        );
+        let record = experiment::run(exec, bins, output, cell, rep).await?;
+        eprintln!("capacity:   {}", verdict_line(&record));
+        results.append(record)?;
+    }
+    Ok(())
+}
+
+/// One repetition's verdict for the progress log: pass or fail, time, each SLO, what was served.
+fn verdict_line(record: &Record) -> String {
+    let detail: Vec<String> = record
+        .slos
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} (limit {})",
+                s.name,
+                s.value.map_or("missing".into(), |v| format!("{v:.3}")),
+                number(s.limit)
+            )
+        })
+        .collect();
+    let served = record.served.map_or(String::new(), |s| {
+        format!(
+            "; served {} LISTs/min, {} MB",
+            number((s.lists_per_minute * 10.0).round() / 10.0),
+            number((s.bytes as f64 / 1e5).round() / 10.0)
+        )
+    });
+    format!(
+        "{} in {:.0} s: {}{served}",
+        if record.ok { "PASS" } else { "FAIL" },
+        record.seconds,
+        detail.join("; ")
+    )
+}
+
+/// The finished metric, with every verdict and what each experiment served.
+fn outcome(
+    exec: &Execution,
+    results: &ResultsFile,
+    metric: Vec<Option<usize>>,
+    ran: usize,
+    replayed: usize,
+) -> Outcome {
+    let (nl, nr) = (exec.load.values.len(), exec.resource.values.len());
     let verdicts = results.verdicts(exec.repetitions);
     let served = results.served(exec.repetitions);
     let grid = (0..nl)
@@ -250,7 +288,7 @@ pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Re
             served: served.get(cell).copied(),
         })
         .collect();
-    let outcome = Outcome {
+    Outcome {
         execution: exec.name.clone(),
         fingerprint: exec.fingerprint(),
         metric: exec.search.metric,
@@ -264,11 +302,7 @@ pub async fn run(exec: &Execution, bins: &Binaries, output: &Path) -> anyhow::Re
         resources: exec.resource.values.clone(),
         experiments_run_now: ran,
         experiments_replayed: replayed,
-    };
-    let json = serde_json::to_string_pretty(&outcome)?;
-    std::fs::write(output.join("capacity.json"), json)?;
-    std::fs::write(output.join("summary.md"), summary_markdown(exec, &outcome))?;
-    Ok(outcome)
+    }
 }
 
 /// The metric read off each row or column, with the experiment it was read off: capacity
