@@ -11,6 +11,8 @@
 //! `X-Remote-*` headers sent by clients are always stripped; `Impersonate-*`
 //! headers are forwarded (the apiserver authorizes impersonation itself).
 
+use std::net::IpAddr;
+
 use base64::Engine;
 use http::header::{AUTHORIZATION, USER_AGENT};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -59,7 +61,12 @@ const MAX_USER_AGENT_CHARS: usize = 128;
 #[derive(Debug, Clone)]
 pub struct Client {
     pub identity: Identity,
-    pub user_agent: String,
+    /// Boxed, not a `String`: every request's context holds it, and the
+    /// source address had to fit beside it.
+    pub user_agent: Box<str>,
+    /// The address the connection came from: the flow of an identity
+    /// tollgate cannot verify (see [`crate::admit::Flow`]).
+    pub source: IpAddr,
 }
 
 impl ClientClass {
@@ -193,7 +200,7 @@ impl Client {
     /// Identity and user-agent product (`kubectl`, `kubelet`), for debug
     /// output; never a token.
     pub fn display_name(&self) -> String {
-        let product = self.user_agent.split(['/', ' ']).next().unwrap_or("");
+        let product = self.product();
         let mut name = String::new();
         // Built in place, in one allocation: every request's outcome carries it.
         let more = if product.is_empty() {
@@ -210,7 +217,12 @@ impl Client {
         name
     }
 
-    pub fn of(peer_cert: Option<&PeerCertificate>, headers: &HeaderMap) -> Client {
+    /// The User-Agent's product: `kubectl` of `kubectl/v1.34.0 (linux/amd64)`.
+    pub fn product(&self) -> &str {
+        self.user_agent.split(['/', ' ']).next().unwrap_or("")
+    }
+
+    pub fn of(peer_cert: Option<&PeerCertificate>, headers: &HeaderMap, source: IpAddr) -> Client {
         let user_agent = headers
             .get(USER_AGENT)
             .and_then(|v| v.to_str().ok())
@@ -225,10 +237,11 @@ impl Client {
                 .nth(MAX_USER_AGENT_CHARS)
                 .map_or(user_agent.len(), |(i, _)| i)
         };
-        let user_agent = user_agent[..end].to_string();
+        let user_agent = user_agent[..end].into();
         Client {
             identity: Identity::of(peer_cert, headers),
             user_agent,
+            source,
         }
     }
 }
@@ -351,9 +364,13 @@ mod tests {
     #[test]
     fn display_name_adds_the_user_agent_product() {
         let h = headers(&[("user-agent", "kubectl/v1.34.0 (linux/amd64) kubernetes/abc")]);
-        assert_eq!(Client::of(None, &h).display_name(), "anonymous (kubectl)");
+        let source = std::net::Ipv4Addr::LOCALHOST.into();
         assert_eq!(
-            Client::of(None, &HeaderMap::new()).display_name(),
+            Client::of(None, &h, source).display_name(),
+            "anonymous (kubectl)"
+        );
+        assert_eq!(
+            Client::of(None, &HeaderMap::new(), source).display_name(),
             "anonymous"
         );
     }

@@ -108,11 +108,14 @@ pub struct Quota {
     pub log_per_second: f64,
 }
 
-/// What a flow (one fair queue) is.
+/// What a flow (one fair queue, one per-client rate) is for a verified
+/// identity; anything tollgate could not verify (anonymous, a token not
+/// confirmed by a TokenReview) is one flow per source address, whatever
+/// this says (see [`crate::admit::Flow`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum FlowBy {
-    /// The client identity (user, token hash, or anonymous). Default.
+    /// The client identity (certificate user, or reviewed token). Default.
     #[default]
     User,
     /// The User-Agent product (`kubectl`, `prometheus`).
