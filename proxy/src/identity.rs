@@ -11,7 +11,7 @@
 //! `X-Remote-*` headers sent by clients are always stripped; `Impersonate-*`
 //! headers are forwarded (the apiserver authorizes impersonation itself).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use base64::Engine;
 use http::header::{AUTHORIZATION, USER_AGENT};
@@ -61,12 +61,13 @@ const MAX_USER_AGENT_CHARS: usize = 128;
 #[derive(Debug, Clone)]
 pub struct Client {
     pub identity: Identity,
-    /// Boxed, not a `String`: every request's context holds it, and the
-    /// source address had to fit beside it.
+    /// Boxed, not a `String`: every request's context holds it.
     pub user_agent: Box<str>,
-    /// The address the connection came from: the flow of an identity
-    /// tollgate cannot verify (see [`crate::admit::Flow`]).
-    pub source: IpAddr,
+    /// The address the connection came from (IPv4 mapped into IPv6: 16
+    /// bytes, where `IpAddr` takes 17 and, padded, 24 in every request's
+    /// context): the flow of an identity tollgate cannot verify (see
+    /// [`crate::admit::Flow`]).
+    pub source: Ipv6Addr,
 }
 
 impl ClientClass {
@@ -241,7 +242,10 @@ impl Client {
         Client {
             identity: Identity::of(peer_cert, headers),
             user_agent,
-            source,
+            source: match source {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            },
         }
     }
 }

@@ -17,7 +17,7 @@
 //! allocating.
 
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use crate::enforce::settings::FlowBy;
 use crate::identity::{Client, Identity};
@@ -87,13 +87,10 @@ fn hash_identity(identity: &Identity, h: &mut impl Hasher) {
 
 /// The host an address stands for: an IPv4 address itself (also when
 /// written IPv4-mapped), an IPv6 address its /64.
-fn host(a: IpAddr) -> IpAddr {
-    match a {
-        IpAddr::V4(_) => a,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-        },
+fn host(a: Ipv6Addr) -> IpAddr {
+    match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
     }
 }
 
@@ -107,7 +104,10 @@ mod tests {
         Client {
             identity,
             user_agent: agent.into(),
-            source: source.parse().expect("an address"),
+            source: match source.parse().expect("an address") {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            },
         }
     }
 

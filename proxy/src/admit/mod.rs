@@ -106,9 +106,7 @@ pub async fn admit(
             .admit_heavy(&flow.name(), cost, settings, dry)
             .await
     } else {
-        admission
-            .admit_light(lane, || flow.name(), settings, dry)
-            .await
+        admission.admit_light(lane, &flow, settings, dry).await
     };
     verdict.hold.attach(turn);
     if verdict.decision != Decision::Reject {
