@@ -59,10 +59,16 @@ impl SlotLimits {
         let limit = lane.limit(lanes);
         let q = &lanes.queue;
         // Truncated, at least one: a share of a small lane is still a slot.
+        // An unlimited lane has no shares either.
         let share = (limit as f64 * q.max_flow_share).floor() as usize;
+        let per_flow = if limit == 0 {
+            usize::MAX
+        } else {
+            share.clamp(1, limit)
+        };
         SlotLimits {
             limit,
-            per_flow: share.clamp(1, limit.max(1)),
+            per_flow,
             per_flow_depth: q.per_flow_depth.max(1),
             max_flows: q.max_flows.max(1),
         }
@@ -554,8 +560,25 @@ mod tests {
         assert_eq!(SlotLimits::of(Lane::Workload, &lanes).per_flow, 25);
         lanes.max_inflight.workload = 1;
         assert_eq!(SlotLimits::of(Lane::Workload, &lanes).per_flow, 1);
-        lanes.queue.max_flow_share = 1.0;
         lanes.max_inflight.workload = 0;
-        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).per_flow, 1);
+        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).per_flow, usize::MAX);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unlimited_lane_never_makes_a_flow_wait() {
+        let slots = LaneSlots::default();
+        let lanes = Lanes {
+            max_inflight: crate::enforce::settings::LaneLimits {
+                workload: 0,
+                ..Default::default()
+            },
+            ..Lanes::default()
+        };
+        let l = SlotLimits::of(Lane::Workload, &lanes);
+        let mut held = Vec::new();
+        for _ in 0..100 {
+            held.push(now(slots.take(Lane::Workload, 1, l, SECOND).await));
+        }
+        assert_eq!(slots.inflight(Lane::Workload), 100);
     }
 }
