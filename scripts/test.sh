@@ -13,3 +13,5 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # One build of every binary and test target; nextest runs them in parallel.
 cargo nextest run --workspace --locked --no-fail-fast
+# Fuzz targets (scripts/fuzz.sh), opt-in: their release build with sanitizer coverage is its own, ~580 CPU-s from clean (bench/RESULTS.md).
+if [ -n "${FUZZ_SECONDS:-}" ]; then bash scripts/fuzz.sh "$FUZZ_SECONDS"; fi

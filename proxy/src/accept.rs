@@ -10,6 +10,7 @@
 //! times and their clients do not all relist at once.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,7 @@ pub async fn accept_loop(
         gateway.tasks().spawn(async move {
             let _slot = slot;
             match acceptor {
-                None => serve_connection(g, tcp, PeerIdentity::None, stop, n).await,
+                None => serve_connection(g, tcp, PeerIdentity::None, remote, stop, n).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
@@ -75,7 +76,7 @@ pub async fn accept_loop(
                             if matches!(peer, PeerIdentity::Unverified) {
                                 tracing::debug!(%remote, "client certificate not signed by the client CA");
                             }
-                            serve_connection(g, stream, peer, stop, n).await
+                            serve_connection(g, stream, peer, remote, stop, n).await
                         }
                         Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
@@ -147,6 +148,7 @@ async fn serve_connection<I>(
     gateway: Gateway,
     io: I,
     peer: PeerIdentity,
+    remote: SocketAddr,
     stop: CancellationToken,
     n: u64,
 ) where
@@ -154,6 +156,7 @@ async fn serve_connection<I>(
 {
     let config = gateway.config();
     let g = gateway.clone();
+    let source = remote.ip();
     let activity = Arc::new(Activity::new());
     let act = activity.clone();
     let svc = service_fn(move |req: Request<Incoming>| {
@@ -165,11 +168,13 @@ async fn serve_connection<I>(
             // life, and a watch lives long; inline, the handler's state would stay allocated
             // per open watch.
             let resp = match &peer {
-                PeerIdentity::Verified(cert) => Box::pin(handle(&g, req, Some(cert.clone()))).await,
-                PeerIdentity::None => Box::pin(handle(&g, req, None)).await,
+                PeerIdentity::Verified(cert) => {
+                    Box::pin(handle(&g, req, Some(cert.clone()), source)).await
+                }
+                PeerIdentity::None => Box::pin(handle(&g, req, None, source)).await,
                 // The token is forwarded as is; the apiserver answers for it.
                 PeerIdentity::Unverified if bearer_token(req.headers()).is_some() => {
-                    Box::pin(handle(&g, req, None)).await
+                    Box::pin(handle(&g, req, None, source)).await
                 }
                 PeerIdentity::Unverified => status_response(&apimodel::Status::unauthorized()),
             };

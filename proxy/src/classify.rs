@@ -250,6 +250,9 @@ mod tests {
     }
 
     proptest::proptest! {
+        // A parser's guard: many cases are cheap (the fuzz target goes further).
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+
         #[test]
         fn never_panics_on_any_path_or_query(
             method in "(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS|BREW)",

@@ -12,8 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admit::Admission;
 use crate::config::{self, Config};
-use crate::enforce::lane::{Lane, SlotOutcome};
+use crate::enforce::lane::Lane;
 use crate::enforce::settings::ScalingMode;
+use crate::enforce::slots::{SlotLimits, SlotOutcome};
 use crate::forward::UpstreamPool;
 
 /// Pods per page of the container count.
@@ -120,6 +121,10 @@ pub async fn container_loop(
     }
 }
 
+/// The container count's flow in the `self` lane (tollgate's own: any
+/// constant but 0).
+const CONTAINER_COUNT_FLOW: u64 = 1;
+
 async fn count_containers(
     config: &Config,
     pool: &UpstreamPool,
@@ -127,10 +132,13 @@ async fn count_containers(
 ) -> Result<u64, String> {
     let slots = admission.slots();
     let wait = std::time::Duration::from_secs_f64(config.lanes.max_wait_seconds);
-    let limit = Lane::SelfLane.limit(&config.lanes);
-    let _slot = match slots.take(Lane::SelfLane, limit, wait).await {
+    let limits = SlotLimits::of(Lane::SelfLane, &config.lanes);
+    let _slot = match slots
+        .take(Lane::SelfLane, CONTAINER_COUNT_FLOW, limits, wait)
+        .await
+    {
         SlotOutcome::Now(s) | SlotOutcome::Waited(s) => s,
-        SlotOutcome::Full => return Err("the self lane is full".into()),
+        SlotOutcome::Full | SlotOutcome::Refused(_) => return Err("the self lane is full".into()),
     };
     let upstream = pool
         .upstreams()

@@ -3,6 +3,7 @@
 //! observe, one call per step over one [`RequestCtx`]. Each step's function
 //! is in the module named after it; the shared state is [`Gateway`].
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{Request, Response};
@@ -21,15 +22,17 @@ use crate::tokenreview;
 use crate::Body;
 
 /// One request, from arrival to the response head; the body streams on.
+/// `source` is the address its connection came from.
 pub async fn handle(
     gw: &Gateway,
     mut req: Request<Incoming>,
     peer: Option<Arc<PeerCertificate>>,
+    source: IpAddr,
 ) -> Response<Body> {
     let started = Instant::now();
     let config = gw.config();
     // identify (a bearer token by its cached TokenReview, if enabled)
-    let mut client = Client::of(peer.as_deref(), req.headers());
+    let mut client = Client::of(peer.as_deref(), req.headers(), source);
     tokenreview::review(gw.reviews(), gw.pool(), &mut client, req.headers(), started);
     // classify (and, by the relist guard's policy, maybe read from the cache)
     let mut classified = match classify(req.method(), req.uri(), req.headers()) {
@@ -100,7 +103,7 @@ mod tests {
     /// The size of the future `f` returns, without making one.
     fn future_size<'a, F, Fut>(_: F) -> usize
     where
-        F: FnOnce(&'a Gateway, Request<Incoming>, Option<Arc<PeerCertificate>>) -> Fut,
+        F: FnOnce(&'a Gateway, Request<Incoming>, Option<Arc<PeerCertificate>>, IpAddr) -> Fut,
     {
         std::mem::size_of::<Fut>()
     }

@@ -14,6 +14,8 @@
 //! trusts) are always stripped ([`crate::requestheader`]); `Impersonate-*`
 //! headers are forwarded (the apiserver authorizes impersonation itself).
 
+use std::net::{IpAddr, Ipv6Addr};
+
 use base64::Engine;
 use http::header::{AUTHORIZATION, USER_AGENT};
 use http::HeaderMap;
@@ -62,7 +64,13 @@ const MAX_USER_AGENT_CHARS: usize = 128;
 #[derive(Debug, Clone)]
 pub struct Client {
     pub identity: Identity,
-    pub user_agent: String,
+    /// Boxed, not a `String`: every request's context holds it.
+    pub user_agent: Box<str>,
+    /// The address the connection came from (IPv4 mapped into IPv6: 16
+    /// bytes, where `IpAddr` takes 17 and, padded, 24 in every request's
+    /// context): the flow of an identity tollgate cannot verify (see
+    /// [`crate::admit::Flow`]).
+    pub source: Ipv6Addr,
 }
 
 impl ClientClass {
@@ -196,7 +204,7 @@ impl Client {
     /// Identity and user-agent product (`kubectl`, `kubelet`), for debug
     /// output; never a token.
     pub fn display_name(&self) -> String {
-        let product = self.user_agent.split(['/', ' ']).next().unwrap_or("");
+        let product = self.product();
         let mut name = String::new();
         // Built in place, in one allocation: every request's outcome carries it.
         let more = if product.is_empty() {
@@ -213,7 +221,12 @@ impl Client {
         name
     }
 
-    pub fn of(peer_cert: Option<&PeerCertificate>, headers: &HeaderMap) -> Client {
+    /// The User-Agent's product: `kubectl` of `kubectl/v1.34.0 (linux/amd64)`.
+    pub fn product(&self) -> &str {
+        self.user_agent.split(['/', ' ']).next().unwrap_or("")
+    }
+
+    pub fn of(peer_cert: Option<&PeerCertificate>, headers: &HeaderMap, source: IpAddr) -> Client {
         let user_agent = headers
             .get(USER_AGENT)
             .and_then(|v| v.to_str().ok())
@@ -228,10 +241,14 @@ impl Client {
                 .nth(MAX_USER_AGENT_CHARS)
                 .map_or(user_agent.len(), |(i, _)| i)
         };
-        let user_agent = user_agent[..end].to_string();
+        let user_agent = user_agent[..end].into();
         Client {
             identity: Identity::of(peer_cert, headers),
             user_agent,
+            source: match source {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            },
         }
     }
 }
@@ -332,9 +349,13 @@ mod tests {
     #[test]
     fn display_name_adds_the_user_agent_product() {
         let h = headers(&[("user-agent", "kubectl/v1.34.0 (linux/amd64) kubernetes/abc")]);
-        assert_eq!(Client::of(None, &h).display_name(), "anonymous (kubectl)");
+        let source = std::net::Ipv4Addr::LOCALHOST.into();
         assert_eq!(
-            Client::of(None, &HeaderMap::new()).display_name(),
+            Client::of(None, &h, source).display_name(),
+            "anonymous (kubectl)"
+        );
+        assert_eq!(
+            Client::of(None, &HeaderMap::new(), source).display_name(),
             "anonymous"
         );
     }

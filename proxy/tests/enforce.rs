@@ -4,7 +4,8 @@
 //! token clients known by their hash.
 //!
 //! - enforce: a client flooding consistent LIST-all-pods gets 429s with
-//!   Status bodies and Retry-After, a second client's occasional LIST still
+//!   Status bodies and Retry-After, a second client's occasional LIST (from
+//!   another address: unverified tokens are a flow per address) still
 //!   succeeds, node PATCHes (system:nodes certificate) never get a 429;
 //! - dryRun: the same flood is never refused, but the metrics count what
 //!   would have been.
@@ -313,6 +314,9 @@ async fn a_list_flood_is_refused_while_others_and_node_heartbeats_get_through() 
     );
     let node = tls_client(ca, Some((&node_cert, &node_key)), true);
     let anyone = tls_client(ca, None, false);
+    // Another machine: tokens no TokenReview confirmed are one flow per
+    // source address, so from the flood's address it would share its flow.
+    let quiet = tls_client_from(ca, None, false, Some("127.0.0.2".parse().unwrap()));
 
     let stop = Arc::new(AtomicBool::new(false));
     let (flood_ok, flood_rejected, floods) = flood(&anyone, &url, 6, &stop);
@@ -340,7 +344,7 @@ async fn a_list_flood_is_refused_while_others_and_node_heartbeats_get_through() 
     .await;
     // The quiet client's occasional LIST gets through the storm.
     for i in 0..3 {
-        let a = call(&anyone, list_pods(&url, "quiet-token")).await;
+        let a = call(&quiet, list_pods(&url, "quiet-token")).await;
         assert_eq!(a.status, StatusCode::OK, "quiet LIST {i}: {:?}", a.body);
         assert_eq!(a.lane, "heavy");
         let list: serde_json::Value = serde_json::from_slice(&a.body).unwrap();

@@ -170,7 +170,7 @@ fn selector_text() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2048))]
+    #![proptest_config(ProptestConfig::with_cases(4096))]
 
     /// Whatever parses prints as text that parses to the same selector.
     #[test]
@@ -183,6 +183,9 @@ proptest! {
 }
 
 proptest! {
+    // A parser's guard: many cases are cheap (the fuzz target goes further).
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
     #[test]
     fn parsers_never_panic(s in ".{0,64}") {
         let _ = LabelSelector::parse(&s);

@@ -5,7 +5,8 @@
 //! `relistGuard`), those of the request's configuration.
 //!
 //! Light lanes (system, workload, self) take an in-flight slot, waiting up
-//! to `lanes.maxWaitSeconds`; `exempt` is never limited. Heavy requests
+//! to `lanes.maxWaitSeconds` in their flow's queue, each flow held to its
+//! share of the lane ([`crate::enforce::slots`]); `exempt` is never limited. Heavy requests
 //! pass the per-client rate limit, then take their predicted cost from the
 //! pool and a heavy in-flight slot at once if nobody waits, else wait in
 //! their flow's queue (bounded depth, `quota.maxWaitSeconds`) for the
@@ -20,6 +21,7 @@
 //! and would-be-queued requests are debited (so the pool shows what
 //! enforcement would have let through), would-be-rejected ones are not.
 
+use std::collections::hash_map::RandomState;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -36,11 +38,14 @@ use crate::enforce::decision::{Decision, Reason};
 use crate::enforce::drr::Refused;
 use crate::enforce::guard::Cause;
 use crate::enforce::heavy::HeavyLane;
-use crate::enforce::lane::{Lane, LaneSlot, LaneSlots, SlotOutcome};
+use crate::enforce::lane::Lane;
 use crate::enforce::ratelimit::ClientRates;
 use crate::enforce::retry::{self, LogLimiter};
 use crate::enforce::settings::AdmissionSettings;
+use crate::enforce::slots::{LaneSlot, LaneSlots, SlotLimits, SlotOutcome};
 use crate::pattern::PatternKey;
+
+use super::flow::Flow;
 
 /// What an admitted request holds until its response ends.
 #[derive(Debug, Default)]
@@ -182,6 +187,8 @@ pub struct Admission {
     /// An unlearned pattern's request ended: its waiters look again.
     unlearned_freed: Notify,
     slots: Arc<LaneSlots>,
+    /// The key of the light lanes' flow hashes, random per process.
+    flow_keys: RandomState,
     /// Light requests' latencies, taken in at the next lock.
     latencies: LatencyQueue,
     rates: ClientRates,
@@ -210,6 +217,7 @@ impl Admission {
             wake: Notify::new(),
             unlearned_freed: Notify::new(),
             slots: Arc::new(LaneSlots::default()),
+            flow_keys: RandomState::new(),
             rates: ClientRates::default(),
             log: LogLimiter::new(now),
             seq: AtomicU64::new(0),
@@ -397,22 +405,23 @@ impl Admission {
         self.reject(Reason::Unlearned, wait, flow, s)
     }
 
-    /// A light lane: a slot, waiting up to `lanes.maxWaitSeconds`; in dry
-    /// run, counted but never waited for. `flow` is only asked for on a
-    /// rejection (its Retry-After jitter): no per-request string otherwise.
+    /// A light lane: a slot, waiting up to `lanes.maxWaitSeconds` in
+    /// `flow`'s queue; in dry run, counted but never waited for (nor held
+    /// to a share). The flow's name is only made on a rejection (its
+    /// Retry-After jitter): no per-request string otherwise.
     pub async fn admit_light(
         &self,
         lane: Lane,
-        flow: impl FnOnce() -> String,
+        flow: &Flow<'_>,
         s: AdmissionSettings<'_>,
         dry: bool,
     ) -> Verdict {
         if lane == Lane::Exempt {
             return Verdict::admit(Reason::Exempt, Hold::Slot(self.slots.force_take(lane)));
         }
-        let limit = lane.limit(s.lanes);
+        let limits = SlotLimits::of(lane, s.lanes);
         if dry {
-            return match self.slots.try_take(lane, limit) {
+            return match self.slots.try_take(lane, limits.limit) {
                 Some(s) => Verdict::admit(Reason::Slot, Hold::Slot(s)),
                 None => Verdict {
                     decision: Decision::Queue,
@@ -422,14 +431,22 @@ impl Admission {
         }
         let started = Instant::now();
         let wait = Duration::from_secs_f64(s.lanes.max_wait_seconds);
-        match self.slots.take(lane, limit, wait).await {
+        let id = flow.id(&self.flow_keys);
+        let second = Duration::from_secs(1);
+        match self.slots.take(lane, id, limits, wait).await {
             SlotOutcome::Now(s) => Verdict::admit(Reason::Slot, Hold::Slot(s)),
             SlotOutcome::Waited(s) => Verdict {
                 decision: Decision::Queue,
                 waited: started.elapsed(),
                 ..Verdict::admit(Reason::Slot, Hold::Slot(s))
             },
-            SlotOutcome::Full => self.reject(Reason::Inflight, Duration::from_secs(1), &flow(), s),
+            SlotOutcome::Full => self.reject(Reason::Inflight, second, &flow.name(), s),
+            SlotOutcome::Refused(Refused::FlowFull) => {
+                self.reject(Reason::QueueFull, second, &flow.name(), s)
+            }
+            SlotOutcome::Refused(Refused::TooManyFlows) => {
+                self.reject(Reason::TooManyFlows, second, &flow.name(), s)
+            }
         }
     }
 

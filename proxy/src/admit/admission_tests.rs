@@ -121,19 +121,20 @@ async fn light_lanes_wait_for_a_slot_then_give_up() {
     c.lanes.max_inflight.workload = 1;
     c.lanes.max_wait_seconds = 0.5;
     let a = admission(&c);
+    let flow = Flow::Source(std::net::Ipv4Addr::LOCALHOST.into());
     let held = a
-        .admit_light(Lane::Workload, || "a".into(), c.admission(), false)
+        .admit_light(Lane::Workload, &flow, c.admission(), false)
         .await;
     assert_eq!(held.decision, Decision::Admit);
     let full = a
-        .admit_light(Lane::Workload, || "a".into(), c.admission(), false)
+        .admit_light(Lane::Workload, &flow, c.admission(), false)
         .await;
     assert_eq!(
         (full.decision, full.reason),
         (Decision::Reject, Reason::Inflight)
     );
     let dry = a
-        .admit_light(Lane::Workload, || "a".into(), c.admission(), true)
+        .admit_light(Lane::Workload, &flow, c.admission(), true)
         .await;
     assert_eq!(
         dry.decision,
@@ -141,7 +142,7 @@ async fn light_lanes_wait_for_a_slot_then_give_up() {
         "dry run: counted, not refused"
     );
     let exempt = a
-        .admit_light(Lane::Exempt, || "a".into(), c.admission(), false)
+        .admit_light(Lane::Exempt, &flow, c.admission(), false)
         .await;
     assert_eq!(exempt.reason, Reason::Exempt);
 }

@@ -9,6 +9,7 @@
 //! rewritten to `resourceVersion=0` ([`rewrite`]).
 
 mod admission;
+mod flow;
 mod rewrite;
 
 use std::time::Duration;
@@ -23,7 +24,6 @@ use crate::config::{Config, Mode};
 use crate::context::RequestCtx;
 use crate::enforce::decision::{charge, Decision};
 use crate::enforce::lane::{assign, Lane, Subject};
-use crate::enforce::settings::FlowBy;
 use crate::identity::Client;
 use crate::metrics::{DecisionLabel, LaneLabel, Metrics, VerbCode};
 use crate::pattern::PatternKey;
@@ -32,27 +32,11 @@ use crate::status::status_response;
 use crate::Body;
 
 pub use admission::{Admission, HeavyTicket, Hold, PoolView, UnlearnedTurn, Verdict};
+pub use flow::Flow;
 pub use rewrite::rewrite_to_cache;
 
 /// The response header naming the lane a request was served in.
 pub use apimodel::headers::LANE_HEADER;
-
-/// The flow a client's heavy requests queue in (and are rate-limited by).
-pub fn flow_key(client: &Client, by: FlowBy) -> String {
-    let product = || {
-        client
-            .user_agent
-            .split(['/', ' '])
-            .next()
-            .unwrap_or("")
-            .to_string()
-    };
-    match by {
-        FlowBy::User => client.identity.display_name(),
-        FlowBy::UserAgent => product(),
-        FlowBy::UserAndUserAgent => client.display_name(),
-    }
-}
 
 /// Put the lane on a response.
 pub fn with_lane(mut resp: Response<Body>, lane: Lane) -> Response<Body> {
@@ -123,7 +107,7 @@ pub async fn admit(
         match unlearned_turn(admission, patterns, ctx).await {
             Ok(t) => turn = t,
             Err(()) => {
-                let flow = flow_key(&ctx.client, flow_by);
+                let flow = Flow::of(&ctx.client, flow_by).name();
                 let verdict = admission.reject_unlearned(&flow, settings);
                 return refuse(admission, patterns, metrics, ctx, verdict, dry);
             }
@@ -131,15 +115,13 @@ pub async fn admit(
     }
     let key = &ctx.key;
     let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
-    let client = &ctx.client;
+    let flow = Flow::of(&ctx.client, flow_by);
     let mut verdict = if lane == Lane::Heavy {
         admission
-            .admit_heavy(&flow_key(client, flow_by), cost, settings, dry)
+            .admit_heavy(&flow.name(), cost, settings, dry)
             .await
     } else {
-        admission
-            .admit_light(lane, || flow_key(client, flow_by), settings, dry)
-            .await
+        admission.admit_light(lane, &flow, settings, dry).await
     };
     verdict.hold.attach(turn);
     if verdict.decision != Decision::Reject {

@@ -198,6 +198,11 @@ impl Config {
             ),
             ("lanes.maxWaitSeconds", Seconds(l.max_wait_seconds)),
             (
+                "lanes.queue.perFlowDepth",
+                Count(count(l.queue.per_flow_depth)),
+            ),
+            ("lanes.queue.maxFlows", Count(count(l.queue.max_flows))),
+            (
                 "lanes.maxInflight.exempt",
                 CountOrZero(count(l.max_inflight.exempt)),
             ),

@@ -37,9 +37,9 @@ pub enum Reason {
     Inflight,
     /// The pool did not have the bytes within `maxWait`.
     MaxWait,
-    /// The client's queue was full.
+    /// The client's queue (in its lane) was full.
     QueueFull,
-    /// Too many clients were waiting.
+    /// Too many clients were waiting (in its lane).
     TooManyFlows,
     /// The client's heavy-request rate was over its limit.
     RateLimit,
@@ -69,8 +69,8 @@ impl Reason {
         match self {
             Reason::Inflight => "too many requests in flight in this lane",
             Reason::MaxWait => "the byte quota had no room for this request within the wait limit",
-            Reason::QueueFull => "too many of this client's heavy requests are already waiting",
-            Reason::TooManyFlows => "too many clients are waiting for the byte quota",
+            Reason::QueueFull => "too many of this client's requests are already waiting",
+            Reason::TooManyFlows => "too many clients are waiting",
             Reason::RateLimit => "this client sends heavy requests faster than its rate limit",
             Reason::Unlearned => {
                 "a request of this pattern, whose cost is not learned yet, is still in flight"

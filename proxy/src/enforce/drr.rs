@@ -153,6 +153,13 @@ impl<K: Clone + Eq + Hash, T> FairQueue<K, T> {
 
     /// The next entry deficit round robin serves: its flow, cost and item.
     pub fn pop(&mut self) -> Option<(K, f64, T)> {
+        self.pop_where(|_| true)
+    }
+
+    /// As [`FairQueue::pop`], passing over the flows `eligible` refuses
+    /// (they keep their entries and credit, and take their turn once
+    /// eligible): the light lanes pass over flows holding their share.
+    pub fn pop_where(&mut self, eligible: impl Fn(&K) -> bool) -> Option<(K, f64, T)> {
         if self.len == 0 {
             return None;
         }
@@ -170,11 +177,16 @@ impl<K: Clone + Eq + Hash, T> FairQueue<K, T> {
                 self.credited = false;
             }
         }
-        self.fast_forward();
+        self.fast_forward(&eligible);
         // At most two passes over the flows: after fast-forwarding, some
-        // flow is served within one round.
+        // eligible flow is served within one round.
         for _ in 0..=(2 * self.active.len() + 1) {
             let key = self.active.front()?.clone();
+            if !eligible(&key) {
+                self.active.rotate_left(1);
+                self.credited = false;
+                continue;
+            }
             let quantum = self.quantum;
             let credited = &mut self.credited;
             let flow = self.flows.get_mut(&key)?;
@@ -200,13 +212,14 @@ impl<K: Clone + Eq + Hash, T> FairQueue<K, T> {
         None
     }
 
-    /// Add the credit of the rounds in which nobody could be served, so a
-    /// cost of many quanta takes one pass, not cost/quantum of them.
-    fn fast_forward(&mut self) {
+    /// Add the credit of the rounds in which no eligible flow could be
+    /// served, so a cost of many quanta takes one pass, not cost/quantum of
+    /// them.
+    fn fast_forward(&mut self, eligible: &impl Fn(&K) -> bool) {
         let quantum = self.quantum;
         let mut fewest = f64::INFINITY;
         for (i, key) in self.active.iter().enumerate() {
-            let Some(f) = self.flows.get(key) else {
+            let Some(f) = self.flows.get(key).filter(|_| eligible(key)) else {
                 continue;
             };
             let head = f.queue.front().map_or(0.0, |h| h.0);
@@ -221,8 +234,10 @@ impl<K: Clone + Eq + Hash, T> FairQueue<K, T> {
             fewest = fewest.min(rounds);
         }
         if fewest.is_finite() && fewest >= 1.0 {
-            for f in self.flows.values_mut() {
-                f.deficit += fewest * quantum;
+            for (key, f) in self.flows.iter_mut() {
+                if eligible(key) {
+                    f.deficit += fewest * quantum;
+                }
             }
         }
     }
@@ -256,6 +271,21 @@ mod tests {
         assert_eq!(q.pop().map(|e| e.2), Some(2));
         assert_eq!(q.pop().map(|e| e.2), Some(1));
         assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn flows_passed_over_keep_their_place() {
+        let mut q: FairQueue<&str, u32> = FairQueue::new(1.0, 10, 10);
+        for i in 0..3 {
+            q.push("a", 1.0, i).expect("room");
+            q.push("b", 1.0, 10 + i).expect("room");
+        }
+        let order: Vec<u32> =
+            std::iter::from_fn(|| q.pop_where(|f| *f != "a").map(|e| e.2)).collect();
+        assert_eq!(order, [10, 11, 12]);
+        assert_eq!((q.len(), q.depth(&"a")), (3, 3));
+        assert!(q.pop_where(|_| false).is_none());
+        assert_eq!(q.pop().map(|e| e.2), Some(0));
     }
 
     proptest! {

@@ -1,6 +1,6 @@
 //! Lanes: every request is assigned one by identity, verb and pattern, and
-//! each lane has its own in-flight limit, so node heartbeats never wait
-//! behind LISTs.
+//! each lane has its own in-flight limit ([`super::slots`]), so node
+//! heartbeats never wait behind LISTs.
 //!
 //! Assignment is pure ([`assign`]): the first matching rule names a lane;
 //! a request of the `system` or `workload` lane whose predicted cost passes
@@ -9,12 +9,7 @@
 //! verified identities, except for rules of the `workload` and `heavy`
 //! lanes, where unverified service-account JWT claims may choose too.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
 use serde::Deserialize;
-use tokio::sync::Notify;
 
 use super::settings::{LaneRule, Lanes};
 use crate::identity::Identity;
@@ -56,7 +51,7 @@ impl Lane {
         }
     }
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Lane::Exempt => 0,
             Lane::System => 1,
@@ -159,104 +154,6 @@ pub fn assign(lanes: &Lanes, s: &Subject<'_>) -> Lane {
         Lane::Exempt | Lane::Heavy | Lane::SelfLane => ruled,
         Lane::System | Lane::Workload if s.heavy => Lane::Heavy,
         other => other,
-    }
-}
-
-// === impl LaneSlots ===
-
-/// In-flight counters per lane. The limit is read from the running
-/// configuration at each admission, so a reload takes effect at once; a
-/// lowered limit lets running requests finish.
-#[derive(Debug, Default)]
-pub struct LaneSlots {
-    inflight: [AtomicUsize; 5],
-    freed: [Notify; 5],
-}
-
-/// One request's place in a lane; freed on drop.
-#[derive(Debug)]
-pub struct LaneSlot {
-    slots: Arc<LaneSlots>,
-    lane: Lane,
-}
-
-impl Drop for LaneSlot {
-    fn drop(&mut self) {
-        let i = self.lane.index();
-        self.slots.inflight[i].fetch_sub(1, Ordering::AcqRel);
-        self.slots.freed[i].notify_one();
-    }
-}
-
-impl LaneSlot {
-    pub fn lane(&self) -> Lane {
-        self.lane
-    }
-}
-
-/// How taking a slot went.
-#[derive(Debug)]
-pub enum SlotOutcome {
-    /// At once.
-    Now(LaneSlot),
-    /// After waiting.
-    Waited(LaneSlot),
-    /// The lane stayed full for the whole wait.
-    Full,
-}
-
-impl LaneSlots {
-    pub fn inflight(&self, lane: Lane) -> usize {
-        self.inflight[lane.index()].load(Ordering::Acquire)
-    }
-
-    /// Take a slot if one is free under `limit` (0: no limit).
-    pub fn try_take(self: &Arc<Self>, lane: Lane, limit: usize) -> Option<LaneSlot> {
-        let counter = &self.inflight[lane.index()];
-        let mut n = counter.load(Ordering::Acquire);
-        loop {
-            if limit != 0 && n >= limit {
-                return None;
-            }
-            match counter.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    return Some(LaneSlot {
-                        slots: self.clone(),
-                        lane,
-                    })
-                }
-                Err(actual) => n = actual,
-            }
-        }
-    }
-
-    /// Take a slot even past the limit (dry run: count, never wait).
-    pub fn force_take(self: &Arc<Self>, lane: Lane) -> LaneSlot {
-        self.inflight[lane.index()].fetch_add(1, Ordering::AcqRel);
-        LaneSlot {
-            slots: self.clone(),
-            lane,
-        }
-    }
-
-    /// Take a slot, waiting up to `wait` for one to be freed.
-    pub async fn take(self: &Arc<Self>, lane: Lane, limit: usize, wait: Duration) -> SlotOutcome {
-        if let Some(s) = self.try_take(lane, limit) {
-            return SlotOutcome::Now(s);
-        }
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let freed = self.freed[lane.index()].notified();
-            tokio::pin!(freed);
-            // Registered before the re-check, so a release in between is not missed.
-            freed.as_mut().enable();
-            if let Some(s) = self.try_take(lane, limit) {
-                return SlotOutcome::Waited(s);
-            }
-            if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                return SlotOutcome::Full;
-            }
-        }
     }
 }
 
@@ -375,30 +272,5 @@ mod tests {
         s.verb = "get";
         assert_eq!(assign(&lanes, &s), Lane::Workload);
         assert!(glob("a*", "abc") && glob("abc", "abc") && !glob("abc", "ab"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn slots_wait_for_a_release_then_give_up() {
-        let slots = Arc::new(LaneSlots::default());
-        let a = slots.try_take(Lane::System, 1).expect("free");
-        assert!(slots.try_take(Lane::System, 1).is_none());
-        assert!(slots.try_take(Lane::System, 0).is_some(), "0 is unlimited");
-        let s2 = slots.clone();
-        let waiter =
-            tokio::spawn(async move { s2.take(Lane::System, 1, Duration::from_secs(5)).await });
-        // The clock is paused: this sleep ends only once every task is idle, i.e. the waiter
-        // is parked in `take`, and then advances virtual time by 1 s (< its 5 s wait).
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        drop(a);
-        assert!(matches!(
-            waiter.await.expect("joins"),
-            SlotOutcome::Waited(_)
-        ));
-        let _held = slots.try_take(Lane::Heavy, 1).expect("free");
-        assert!(matches!(
-            slots.take(Lane::Heavy, 1, Duration::from_secs(1)).await,
-            SlotOutcome::Full
-        ));
-        assert_eq!(slots.inflight(Lane::Heavy), 1);
     }
 }

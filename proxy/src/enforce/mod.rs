@@ -1,7 +1,9 @@
 //! The pure parts of admission: no I/O, no clock (time is an argument), so
 //! each is unit-tested with exact numbers. The admit step that uses them is
 //! [`crate::admit`].
-//! - [`lane`]: lane assignment by identity, verb and pattern; in-flight slots.
+//! - [`lane`]: lane assignment by identity, verb and pattern.
+//! - [`slots`]: in-flight slots per lane; per-flow shares and round-robin
+//!   queues inside the light lanes.
 //! - [`pool`]: the quota pool (refill, debit, reconcile, debt).
 //! - [`drr`]: per-flow queues served by deficit round robin on bytes.
 //! - [`heavy`]: the heavy lane's state: pool, queues, in-flight, guard, size.
@@ -22,6 +24,7 @@ pub mod ratelimit;
 pub mod retry;
 pub mod scaling;
 pub mod settings;
+pub mod slots;
 
 pub use decision::{Decision, Reason};
 pub use lane::Lane;

@@ -28,9 +28,28 @@ pub struct Lanes {
     /// Seconds a request of a light lane (system, workload, self) waits for
     /// an in-flight slot before a 429. Default `5`.
     pub max_wait_seconds: f64,
+    /// Fairness inside a light lane: per-flow shares and queues.
+    pub queue: LaneQueue,
     /// First matching rule wins; a request no rule matches is `workload`.
     /// Giving the list replaces the defaults (see [`default_rules`]).
     pub rules: Vec<LaneRule>,
+}
+
+/// Fairness inside a limited light lane (see [`super::slots`]): a flow is
+/// a client as `quota.queue.flowBy` says for verified identities, one per
+/// source address for anything unverified.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct LaneQueue {
+    /// Fraction of a lane's in-flight slots one flow may hold (at least
+    /// one slot); its further requests wait in its queue. Default `0.5`:
+    /// one flow can never take the whole lane.
+    pub max_flow_share: f64,
+    /// Requests waiting per flow; past it, 429 at once. Default `50` (the
+    /// apiserver's default queue length limit).
+    pub per_flow_depth: usize,
+    /// Flows waiting at once per lane; past it, 429 at once. Default `10000`.
+    pub max_flows: usize,
 }
 
 /// In-flight limits per lane (`0`: unlimited).
@@ -108,11 +127,14 @@ pub struct Quota {
     pub log_per_second: f64,
 }
 
-/// What a flow (one fair queue) is.
+/// What a flow (one fair queue, one per-client rate) is for a verified
+/// identity; anything tollgate could not verify (anonymous, a token not
+/// confirmed by a TokenReview) is one flow per source address, whatever
+/// this says (see [`crate::admit::Flow`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum FlowBy {
-    /// The client identity (user, token hash, or anonymous). Default.
+    /// The client identity (certificate user, or reviewed token). Default.
     #[default]
     User,
     /// The User-Agent product (`kubectl`, `prometheus`).
@@ -227,7 +249,18 @@ impl Default for Lanes {
             heavy_threshold_bytes: 1_048_576.0,
             max_inflight: LaneLimits::default(),
             max_wait_seconds: 5.0,
+            queue: LaneQueue::default(),
             rules: default_rules(),
+        }
+    }
+}
+
+impl Default for LaneQueue {
+    fn default() -> Self {
+        LaneQueue {
+            max_flow_share: 0.5,
+            per_flow_depth: 50,
+            max_flows: 10_000,
         }
     }
 }
@@ -386,6 +419,13 @@ impl Lanes {
     pub fn validate(&self) -> Result<(), Invalid> {
         non_negative("lanes.heavyThresholdBytes", self.heavy_threshold_bytes)?;
         positive("lanes.maxWaitSeconds", self.max_wait_seconds)?;
+        let share = self.queue.max_flow_share;
+        if !(share > 0.0 && share <= 1.0) {
+            return Err((
+                "lanes.queue.maxFlowShare",
+                format!("must be in (0, 1], got {share}"),
+            ));
+        }
         for (i, rule) in self.rules.iter().enumerate() {
             let identity = !rule.users.is_empty() || !rule.groups.is_empty();
             let probes_only = !rule.non_resource_urls.is_empty()

@@ -533,6 +533,17 @@ pub type TlsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, TestBod
 
 /// A TLS client trusting `ca_pem`, presenting `identity` if given; `h2` picks ALPN h2 only.
 pub fn tls_client(ca_pem: &str, identity: Option<(&PathBuf, &PathBuf)>, h2: bool) -> TlsClient {
+    tls_client_from(ca_pem, identity, h2, None)
+}
+
+/// As [`tls_client`], connecting from `source` if given: another loopback
+/// address is another client machine (a flow of its own for tollgate).
+pub fn tls_client_from(
+    ca_pem: &str,
+    identity: Option<(&PathBuf, &PathBuf)>,
+    h2: bool,
+    source: Option<std::net::IpAddr>,
+) -> TlsClient {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -546,13 +557,16 @@ pub fn tls_client(ca_pem: &str, identity: Option<(&PathBuf, &PathBuf)>, h2: bool
         }
         None => builder.with_no_client_auth(),
     };
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_local_address(source);
     let b = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(cfg)
         .https_only();
     let connector = if h2 {
-        b.enable_http2().build()
+        b.enable_http2().wrap_connector(tcp)
     } else {
-        b.enable_http1().build()
+        b.enable_http1().wrap_connector(tcp)
     };
     Client::builder(TokioExecutor::new())
         .http2_only(h2)
