@@ -91,11 +91,17 @@ fn is_other_binary(path: &Path, bin_dir: &Path, name: &str) -> bool {
     }
 }
 
-/// Every file under `path` (a file or a directory tree), with its modification time.
+/// Every file under `path` (a file or a directory tree), with its modification time, but for
+/// unit-test modules (`tests.rs`, `*_tests.rs`): only `cfg(test)` builds read them, so a change
+/// there does not relink a binary and would make it look stale for ever.
 fn collect_files(path: &Path, out: &mut Vec<(SystemTime, PathBuf)>) {
     let Ok(meta) = std::fs::metadata(path) else {
         return;
     };
+    let name = path.file_name().map(|n| n.to_string_lossy());
+    if name.is_some_and(|n| n == "tests.rs" || n.ends_with("_tests.rs")) {
+        return;
+    }
     if meta.is_file() {
         if let Ok(t) = meta.modified() {
             out.push((t, path.to_path_buf()));
