@@ -63,6 +63,7 @@ pub mod predict;
 pub mod requestheader;
 pub mod scrape;
 pub mod server;
+pub mod snapshot;
 pub mod status;
 pub mod tls;
 pub mod tokenreview;

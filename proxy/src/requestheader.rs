@@ -23,7 +23,7 @@
 //! reads first: the first username and group header of the last learned lists, else
 //! of the configured ones, else `X-Remote-User` / `X-Remote-Group`.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, Config, Mode};
 use crate::forward::UpstreamPool;
 use crate::identity::Identity;
+use crate::snapshot::Snapshot;
 
 /// The ConfigMap kube-apiserver publishes its client-authentication settings in.
 pub const CONFIGMAP_PATH: &str =
@@ -300,18 +301,15 @@ impl TrustedHeaders {
 /// The names in force, replaced whole when the ConfigMap teaches more; each
 /// request takes an `Arc` of the version it started with.
 #[derive(Debug)]
-pub struct Trusted(RwLock<Arc<TrustedHeaders>>);
+pub struct Trusted(Snapshot<TrustedHeaders>);
 
 impl Trusted {
     pub fn new(headers: TrustedHeaders) -> Trusted {
-        Trusted(RwLock::new(Arc::new(headers)))
+        Trusted(Snapshot::new(headers))
     }
 
     pub fn get(&self) -> Arc<TrustedHeaders> {
-        self.0
-            .read()
-            .map(|t| t.clone())
-            .unwrap_or_else(|e| e.into_inner().clone())
+        self.0.get()
     }
 
     /// Add what an apiserver published; `true` if anything changed.
@@ -333,13 +331,12 @@ impl Trusted {
     }
 
     fn update(&self, next: impl FnOnce(&TrustedHeaders) -> TrustedHeaders) -> bool {
-        let mut current = match self.0.write() {
-            Ok(c) => c,
-            Err(e) => e.into_inner(),
-        };
-        let next = next(&current);
-        let changed = next != **current;
-        *current = Arc::new(next);
+        let mut changed = false;
+        self.0.update(|current| {
+            let next = next(current);
+            changed = next != *current;
+            next
+        });
         changed
     }
 }

@@ -108,8 +108,9 @@ async fn budget(client: &HttpClient, tg: &Running) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down() {
+/// The fake apiserver and tollgate in front of it in enforce mode with the
+/// default (adaptive) budget, and a client.
+async fn setup() -> (CancellationToken, Arc<Apiserver>, Running, HttpClient) {
     let stop = CancellationToken::new();
     let state = Arc::new(Apiserver::default());
     let url = start_apiserver(state.clone(), stop.clone()).await;
@@ -118,8 +119,12 @@ async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down
     // Health-check hiccups on a busy machine must not start a warm-up.
     c.relist_guard.enabled = false;
     c.quota.per_client.requests_per_second = 0.0;
-    let tg = start(c).await;
-    let client = h1_client();
+    (stop, state, start(c).await, h1_client())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down() {
+    let (stop, state, tg, client) = setup().await;
 
     // Health probes (exempt: a protected lane) at ~20/s, and a LIST flood.
     let probes = {
@@ -237,15 +242,7 @@ async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unlearned_list_runs_alone_even_when_the_apiserver_counts_zero_objects() {
-    let stop = CancellationToken::new();
-    let state = Arc::new(Apiserver::default());
-    let url = start_apiserver(state.clone(), stop.clone()).await;
-    let mut c = config(&[&url]);
-    c.mode = Mode::Enforce;
-    c.relist_guard.enabled = false;
-    c.quota.per_client.requests_per_second = 0.0;
-    let tg = start(c).await;
-    let client = h1_client();
+    let (stop, state, tg, client) = setup().await;
     let scraped = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (_, m) = get_text(&client, &tg.admin_url("/metrics")).await;

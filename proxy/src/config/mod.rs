@@ -3,7 +3,6 @@
 //! structs before any port is bound; unknown fields are errors.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
 
 use serde::Deserialize;
 
@@ -468,28 +467,7 @@ impl Config {
 
 /// The running configuration, replaced whole by a reload; each reader takes
 /// an `Arc` of the version it started with (one per request).
-#[derive(Debug)]
-pub struct Current(RwLock<Arc<Config>>);
-
-impl Current {
-    pub fn new(config: Config) -> Current {
-        Current(RwLock::new(Arc::new(config)))
-    }
-
-    pub fn get(&self) -> Arc<Config> {
-        self.0
-            .read()
-            .map(|c| c.clone())
-            .unwrap_or_else(|e| e.into_inner().clone())
-    }
-
-    pub fn set(&self, config: Config) {
-        match self.0.write() {
-            Ok(mut c) => *c = Arc::new(config),
-            Err(e) => *e.into_inner() = Arc::new(config),
-        }
-    }
-}
+pub type Current = crate::snapshot::Snapshot<Config>;
 
 #[cfg(test)]
 mod tests;
