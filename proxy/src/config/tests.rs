@@ -1,4 +1,13 @@
+use clap::Parser;
+
 use super::*;
+
+/// tollgate's flags as a command line of their own.
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    flags: Flags,
+}
 
 #[test]
 fn empty_file_is_defaults() {
@@ -97,12 +106,6 @@ fn enforcement_settings_are_validated_by_field() {
 
 #[test]
 fn flags_set_mode_quota_and_wait() {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        flags: Flags,
-    }
     let cli = Cli::try_parse_from([
         "tollgate",
         "--mode",
@@ -155,12 +158,6 @@ fn the_readme_example_is_the_defaults() {
 
 #[test]
 fn flags_set_the_admin_tls_and_the_trusted_identity_headers() {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        flags: Flags,
-    }
     let cli = Cli::try_parse_from([
         "tollgate",
         "--admin-tls-cert",
