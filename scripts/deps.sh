@@ -3,7 +3,8 @@
 # only when missing. Sourced by scripts/test.sh and scripts/demo.sh.
 #   build: protoc (etcd-client generates its gRPC code at build time), make (jemalloc's build)
 #   tests: etcd (real storage), kubectl (real client), chromium (renders the demo's report),
-#          prometheus (evaluates the dashboards and rules), and a real kube-apiserver 1.20.2
+#          prometheus (evaluates the dashboards and rules), podman, buildah and runc (build and
+#          run the container images), and a real kube-apiserver 1.20.2
 #          built once into a cache outside the repo by ../shared/tools/kube-apiserver/install.sh
 set -euo pipefail
 
@@ -19,6 +20,11 @@ if [ "${1:-}" = "--tests" ]; then
   command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
   # A real Prometheus (and promtool) checks the dashboards and rules in tests/tests/observability.
   { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need_pkgs+=(prometheus)
+  # tests/tests/images.rs builds the images with buildah (scripts/build-images.sh) and runs them
+  # with podman under runc: crun, podman's default, refuses hosts whose cgroups are hybrid.
+  command -v podman >/dev/null 2>&1 || need_pkgs+=(podman)
+  command -v buildah >/dev/null 2>&1 || need_pkgs+=(buildah)
+  command -v runc >/dev/null 2>&1 || need_pkgs+=(runc)
 fi
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -31,6 +31,8 @@ pub use kubectl::{
 pub use lines::{eventually, LineReader, Next};
 pub use sim::{Scheme, SimProcess, Store, SIM_START_TIMEOUT};
 pub use tollgate::{http_get, TollgateOptions, TollgateProcess, TOLLGATE_START_TIMEOUT};
+// tollgate's ready line, for tollgate started by other means (a container in tests/images).
+pub use tollgate::parse_ready_line;
 
 pub use bench::sim::auth::kubeconfig::KubeUser;
 pub use bench::sim::auth::pki::{CertAuthority, CertKeyPem};

@@ -275,8 +275,9 @@ fn read_address(stdout: &mut LineReader, deadline: Instant) -> Result<(String, S
     }
 }
 
-/// `(url, admin_addr)` from `tollgate serving at URL (admin http://ADDR)`.
-fn parse_ready_line(line: &str) -> Option<(String, String)> {
+/// `(url, admin_addr)` from `tollgate serving at URL (admin http://ADDR)`, the line tollgate
+/// prints on stdout once it serves (also read from a container's output by the image tests).
+pub fn parse_ready_line(line: &str) -> Option<(String, String)> {
     let rest = line.split_once(READY_PREFIX)?.1;
     let (url, admin) = rest.split_once(" (admin ")?;
     let admin = admin.trim_end_matches(')');
