@@ -5,8 +5,9 @@
 //!
 //! - tollgate's image: the entrypoint, user and working directory deploy/images/Containerfile
 //!   gives; `--version` as the binary says it; then tollgate from the image, in front of the
-//!   simulator over TLS (its CA mounted read-only), runs as uid 65532 and proxies a real
-//!   `kubectl get pods`, which lists what the simulator lists.
+//!   simulator over TLS (its CA mounted read-only) and started as the kubeadm static pod
+//!   starts it (command `tollgate`, read-only root, no capabilities), runs as uid 65532 and
+//!   proxies a real `kubectl get pods`, which lists what the simulator lists.
 //! - loadgen's image: a run against the simulator writes `summary.json` into a mounted host
 //!   directory, with LISTs made and answered 200.
 //!
@@ -96,7 +97,9 @@ fn tollgate_image_proxies_kubectl_to_the_simulator() -> anyhow::Result<()> {
     assert_eq!(line, host_version.trim());
     assert!(line.starts_with("tollgate "), "{line}");
 
-    // tollgate from the image in front of the simulator (TLS, its CA mounted read-only).
+    // tollgate from the image in front of the simulator (TLS, its CA mounted read-only), started
+    // as deploy/kubeadm/tollgate.yaml starts it: `command: [tollgate, …]` (found on the image's
+    // PATH), a read-only root filesystem, every capability dropped, no privilege escalation.
     let sim = SimProcess::start(&["--tls", "--nodes", "3", "--pods", "30", "--namespaces", "2"])?;
     let pki = shared_dir(false)?;
     let ca = pki.path().join("upstream-ca.crt");
@@ -114,11 +117,18 @@ fn tollgate_image_proxies_kubectl_to_the_simulator() -> anyhow::Result<()> {
     ]
     .map(str::to_string)
     .to_vec();
-    let volume = vec![
+    let pod_like = [
         "--volume".to_string(),
         format!("{}:/pki:ro", pki.path().display()),
+        "--entrypoint".to_string(),
+        "tollgate".to_string(),
+        "--read-only".to_string(),
+        "--cap-drop".to_string(),
+        "all".to_string(),
+        "--security-opt".to_string(),
+        "no-new-privileges".to_string(),
     ];
-    let mut proxy = Container::start(&container_name("proxy"), &volume, image, &args)?;
+    let mut proxy = Container::start(&container_name("proxy"), &pod_like, image, &args)?;
     let ready = proxy
         .stdout
         .wait_for(TOLLGATE_START_TIMEOUT, "tollgate's ready line", |l| {
@@ -218,6 +228,7 @@ fn loadgen_image_writes_its_summary_to_a_mounted_directory() -> anyhow::Result<(
     let ok = list["status_codes"]["200"].as_u64().unwrap_or(0);
     assert!(requests > 0, "{list:#}");
     assert_eq!(ok, requests, "every LIST answered 200: {list:#}");
+    assert!(results.path().join("perfdata.json").is_file());
     // Written by the image's user into the host directory.
     let meta = std::fs::metadata(&path)?;
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), NONROOT);
