@@ -44,6 +44,11 @@ pub struct RequestCtx {
     pub predicted: Prediction,
     /// The admission lane it is served in.
     pub lane: Lane,
+    /// Heavy only because its pattern was unlearned: the lane it moves to if
+    /// the pattern is learned light while it waits for its turn (a kubelet's
+    /// LIST of its own pods waited seconds behind LISTs of all pods, and got
+    /// 429s, for a pattern known to cost 100 bytes by then).
+    pub lane_if_light: Option<Lane>,
     /// What admission gave it, held until its response ends (or starts, for
     /// a long-running request).
     pub hold: Hold,

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::admit::{self, with_lane};
 use crate::classify::classify;
 use crate::context::{RequestCtx, RequestKind};
+use crate::enforce::lane::Lane;
 use crate::forward;
 use crate::gateway::Gateway;
 use crate::identity::{Client, PeerCertificate};
@@ -56,15 +57,20 @@ pub async fn handle(
         (predicted, admit::unlearned_heavy(&cache, &key, &predicted))
     };
     tracing::debug!(pattern = %key, client = %client.identity.display_name(), predicted = predicted.cost(), "request");
+    let lane = admit::lane(
+        &config,
+        &client,
+        &classified,
+        &key,
+        &predicted,
+        unlearned_heavy,
+    );
+    let lane_if_light = (lane == Lane::Heavy && unlearned_heavy)
+        .then(|| admit::lane(&config, &client, &classified, &key, &predicted, false))
+        .filter(|l| *l != Lane::Heavy);
     let mut ctx = RequestCtx {
-        lane: admit::lane(
-            &config,
-            &client,
-            &classified,
-            &key,
-            &predicted,
-            unlearned_heavy,
-        ),
+        lane,
+        lane_if_light,
         hold: admit::Hold::Nothing,
         upgrade: forward::is_upgrade(req.headers()),
         kind: RequestKind::of(&classified),

@@ -148,6 +148,31 @@ impl PatternKey {
     pub fn has_selector(&self) -> bool {
         !self.selector.is_empty()
     }
+
+    /// What an equality field selector narrows the request to, whatever
+    /// the cluster's size: one object (`metadata.name=`) or one node's
+    /// objects (`spec.nodeName=`, a kubelet's or a per-node daemon's).
+    pub fn narrows_to(&self) -> Option<Narrow> {
+        let fields = self
+            .selector
+            .split(';')
+            .find_map(|part| part.strip_prefix("field:"))?;
+        let mut named = fields.split(',');
+        if named.clone().any(|f| f == "metadata.name=") {
+            Some(Narrow::OneObject)
+        } else if named.any(|f| f == "spec.nodeName=") {
+            Some(Narrow::OneNode)
+        } else {
+            None
+        }
+    }
+}
+
+/// See [`PatternKey::narrows_to`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Narrow {
+    OneObject,
+    OneNode,
 }
 
 impl fmt::Display for PatternKey {

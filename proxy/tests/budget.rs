@@ -13,7 +13,9 @@
 //!
 //! And a cold start against an apiserver that has not counted its objects
 //! yet (kube-apiserver 1.20 reports 0 for its first minute): the first LIST
-//! of the pattern still runs alone.
+//! of the pattern still runs alone; the LISTs of a pattern that turns out
+//! small (a kubelet's LIST of its own pods) then run together, not one by
+//! one in the heavy lane.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -47,9 +49,25 @@ struct Apiserver {
     sensitive: AtomicBool,
     /// The most LISTs in flight at once before the first one was served.
     most_before_first: AtomicUsize,
+    /// Selective LISTs (a field selector) in flight, and the most at once.
+    selective: AtomicUsize,
+    most_selective: AtomicUsize,
 }
 
+const SELECTIVE_TIME: Duration = Duration::from_millis(400);
+
 async fn serve(state: Arc<Apiserver>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.uri().path() == "/api/v1/pods"
+        && req.uri().query().is_some_and(|q| q.contains("Selector="))
+    {
+        let now = state.selective.fetch_add(1, Ordering::SeqCst) + 1;
+        state.most_selective.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(SELECTIVE_TIME).await;
+        state.selective.fetch_sub(1, Ordering::SeqCst);
+        return Response::new(Full::new(Bytes::from_static(
+            b"{\"kind\":\"PodList\",\"items\":[]}",
+        )));
+    }
     if req.uri().path() == "/api/v1/pods" {
         let now = state.lists.fetch_add(1, Ordering::SeqCst) + 1;
         state.most_lists.fetch_max(now, Ordering::SeqCst);
@@ -106,6 +124,19 @@ async fn budget(client: &HttpClient, tg: &Running) -> serde_json::Value {
     let (status, text) = get_text(client, &tg.admin_url("/debug/budget")).await;
     assert_eq!(status, StatusCode::OK);
     serde_json::from_str(&text).unwrap()
+}
+
+/// Waits until tollgate has scraped the fake apiserver's count (0 pods).
+async fn scraped_zero_pods(client: &HttpClient, tg: &Running) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = get_text(client, &tg.admin_url("/metrics")).await;
+        if m.contains("tollgate_resource_objects{resource=\"pods\"} 0") {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no scrape: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The fake apiserver and tollgate in front of it in enforce mode with the
@@ -243,15 +274,7 @@ async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unlearned_list_runs_alone_even_when_the_apiserver_counts_zero_objects() {
     let (stop, state, tg, client) = setup().await;
-    let scraped = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, m) = get_text(&client, &tg.admin_url("/metrics")).await;
-        if m.contains("tollgate_resource_objects{resource=\"pods\"} 0") {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < scraped, "no scrape: {m}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    scraped_zero_pods(&client, &tg).await;
     // Priced by that count (0 objects: 0 bytes), the six would all start at once.
     let lists: Vec<_> = (0..6)
         .map(|_| {
@@ -272,6 +295,68 @@ async fn an_unlearned_list_runs_alone_even_when_the_apiserver_counts_zero_object
         1,
         "LISTs of an unlearned pattern ran together before the first was served"
     );
+    stop.cancel();
+    tg.stop().await;
+}
+
+/// Sends eight LISTs of `path_of(i)` at once; their lanes, all answered 200.
+async fn eight_at_once(
+    client: &HttpClient,
+    tg: &Running,
+    path_of: fn(usize) -> String,
+) -> Vec<String> {
+    let lists: Vec<_> = (0..8)
+        .map(|i| {
+            let (client, url) = (client.clone(), tg.url("http", &path_of(i)));
+            tokio::spawn(async move {
+                let resp = client
+                    .request(Request::get(url).body(body(Bytes::new())).unwrap())
+                    .await
+                    .unwrap();
+                let lane = resp
+                    .headers()
+                    .get(tollgate::admit::LANE_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                (resp.status(), lane)
+            })
+        })
+        .collect();
+    let mut lanes = Vec::new();
+    for l in lists {
+        let (status, lane) = l.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "lanes so far: {lanes:?}");
+        lanes.push(lane);
+    }
+    lanes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lists_of_a_pattern_learned_small_while_they_waited_run_together() {
+    let (stop, state, tg, client) = setup().await;
+    scraped_zero_pods(&client, &tg).await;
+    // A LIST by label without a limit looks heavy until learned: the first
+    // runs alone in the heavy lane, and it answers a few bytes.
+    let lanes = eight_at_once(&client, &tg, |i| {
+        format!("/api/v1/pods?labelSelector=app%3Dweb-{i}")
+    })
+    .await;
+    assert_eq!(
+        lanes.iter().filter(|l| *l == "heavy").count(),
+        1,
+        "only the first should be heavy: {lanes:?}"
+    );
+    assert!(
+        state.most_selective.load(Ordering::SeqCst) >= 2,
+        "the seven after the first ran one by one"
+    );
+    // Kubelets LIST their own pods from the watch cache: narrow, never heavy.
+    let lanes = eight_at_once(&client, &tg, |i| {
+        format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-{i}&resourceVersion=0")
+    })
+    .await;
+    assert!(lanes.iter().all(|l| l != "heavy"), "{lanes:?}");
     stop.cancel();
     tg.stop().await;
 }

@@ -54,7 +54,9 @@ pub fn with_lane(mut resp: Response<Body>, lane: Lane) -> Response<Body> {
 /// be far too low. kube-apiserver 1.20 counts objects once a minute, so
 /// for its first minute a freshly started apiserver reports 0 pods; priced
 /// at 0 bytes, a dozen 25 MB LISTs went to the workload lane at once, past
-/// the one-at-a-time gate and the in-flight budget.
+/// the one-at-a-time gate and the in-flight budget. If the pattern is
+/// learned light while such a request waits for its turn, it moves to the
+/// lane it would have had (`RequestCtx::lane_if_light`).
 pub fn lane(
     config: &Config,
     client: &Client,
@@ -80,8 +82,7 @@ pub fn lane(
 /// Whether `predicted` for `key` is a prior (no completed response yet) of a
 /// pattern that looks heavy, by the object count `cache` has scraped.
 pub fn unlearned_heavy(cache: &PatternCache, key: &PatternKey, predicted: &Prediction) -> bool {
-    predicted.source != Source::Pattern
-        && looks_heavy(key.verb, key.limit, cache.object_count(&key.resource))
+    predicted.source != Source::Pattern && looks_heavy(key, cache.object_count(&key.resource))
 }
 
 /// The admit step for a request in `ctx.lane`: admit (what it holds goes in
@@ -98,13 +99,23 @@ pub async fn admit(
         Mode::Enforce => false,
     };
     let config = ctx.config.clone();
-    let lane = ctx.lane;
+    let mut lane = ctx.lane;
     let settings = config.admission();
     let flow_by = config.quota.queue.flow_by;
     // Dry run: not simulated (nothing waits).
     let mut turn = None;
     if lane == Lane::Heavy && !dry {
         match unlearned_turn(admission, patterns, ctx).await {
+            Ok(None) => {
+                let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
+                if let Some(light) = ctx.lane_if_light.filter(|_| {
+                    ctx.predicted.source == Source::Pattern
+                        && cost < config.lanes.heavy_threshold_bytes
+                }) {
+                    ctx.lane = light;
+                    lane = light;
+                }
+            }
             Ok(t) => turn = t,
             Err(()) => {
                 let flow = Flow::of(&ctx.client, flow_by).name();

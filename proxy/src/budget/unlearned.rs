@@ -11,7 +11,14 @@
 //!
 //! Heavy-looking ([`looks_heavy`]): a LIST without `limit`, a watch that
 //! starts with the full state, or a LIST of a resource whose object count is
-//! unknown or large.
+//! unknown or large — but not a LIST from the watch cache that names one
+//! node or one object by an equality field selector (`spec.nodeName=`,
+//! `metadata.name=`): what every kubelet and per-node daemon sends when it
+//! (re)starts. Its response is one node's share whatever the cluster's
+//! size and, from the cache, it reads nothing from etcd; gated one at a
+//! time, thousands of them waited behind a LIST of all pods for their
+//! first to be learned. The same LIST read from etcd (consistent or exact)
+//! reads every object of the resource and stays heavy-looking.
 //!
 //! Bounded: at most `capacity` patterns are tracked at once; past it, a new
 //! unlearned pattern waits like a busy one (that many unlearned heavy
@@ -20,21 +27,29 @@
 use std::collections::HashSet;
 use std::hash::Hash;
 
-use crate::pattern::{LimitBucket, PatternVerb};
+use apimodel::ConsistencyClass;
+
+use crate::pattern::{LimitBucket, PatternKey, PatternVerb};
 
 /// Objects past which a LIST with `limit` still looks heavy until learned.
 pub const LARGE_OBJECT_COUNT: f64 = 1000.0;
 
-/// Is a request of this shape heavy-looking while its pattern is unlearned?
+/// Is a request of this pattern heavy-looking while it is unlearned?
 /// `objects`: the resource's scraped object count, if known.
-pub fn looks_heavy(verb: PatternVerb, limit: LimitBucket, objects: Option<f64>) -> bool {
-    match verb {
+pub fn looks_heavy(key: &PatternKey, objects: Option<f64>) -> bool {
+    match key.verb {
         PatternVerb::WatchList => true,
+        PatternVerb::Api(apimodel::Verb::List) if narrow_cache_read(key) => false,
         PatternVerb::Api(apimodel::Verb::List) => {
-            limit == LimitBucket(0) || objects.is_none_or(|n| n > LARGE_OBJECT_COUNT)
+            key.limit == LimitBucket(0) || objects.is_none_or(|n| n > LARGE_OBJECT_COUNT)
         }
         PatternVerb::Api(_) => false,
     }
+}
+
+/// A read from the watch cache narrowed to one node or one object.
+fn narrow_cache_read(key: &PatternKey) -> bool {
+    key.consistency == Some(ConsistencyClass::Cache) && key.narrows_to().is_some()
 }
 
 /// What [`SingleFlight::try_start`] decided.
@@ -103,21 +118,54 @@ impl<K: Hash + Eq + Clone> SingleFlight<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use apimodel::Verb;
+    use crate::classify::classify;
+    use crate::identity::ClientClass;
+    use http::{HeaderMap, Method};
     use proptest::prelude::*;
+
+    fn key(url: &str) -> PatternKey {
+        let uri: http::Uri = url.parse().expect("uri");
+        let c = classify(&Method::GET, &uri, &HeaderMap::new()).expect("classifies");
+        PatternKey::new(&c, ClientClass::Node)
+    }
 
     #[test]
     fn what_looks_heavy() {
-        let list = PatternVerb::Api(Verb::List);
-        let nolimit = LimitBucket(0);
-        let paged = LimitBucket::of(Some(500));
-        assert!(looks_heavy(list, nolimit, Some(3.0)), "no limit");
-        assert!(looks_heavy(PatternVerb::WatchList, paged, Some(3.0)));
-        assert!(looks_heavy(list, paged, None), "count unknown");
-        assert!(looks_heavy(list, paged, Some(10_000.0)), "large");
-        assert!(!looks_heavy(list, paged, Some(1000.0)));
-        assert!(!looks_heavy(PatternVerb::Api(Verb::Get), nolimit, None));
-        assert!(!looks_heavy(PatternVerb::Api(Verb::Watch), nolimit, None));
+        let heavy = |url: &str, objects| looks_heavy(&key(url), objects);
+        assert!(heavy("/api/v1/pods", Some(3.0)), "no limit");
+        assert!(
+            heavy("/api/v1/pods?watch=1&limit=500", Some(3.0)),
+            "watch list"
+        );
+        assert!(heavy("/api/v1/pods?limit=500", None), "count unknown");
+        assert!(heavy("/api/v1/pods?limit=500", Some(10_000.0)), "large");
+        assert!(!heavy("/api/v1/pods?limit=500", Some(1000.0)));
+        assert!(!heavy("/api/v1/namespaces/a/pods/x", None), "get");
+        assert!(
+            !heavy("/api/v1/pods?watch=1&resourceVersion=5", None),
+            "watch"
+        );
+        // A kubelet's LIST of its own pods, from the watch cache.
+        let own = "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&resourceVersion=0";
+        assert!(!heavy(own, None));
+        assert!(!heavy(
+            "/api/v1/pods?labelSelector=app%3Dx&fieldSelector=status.phase%3DRunning,spec.nodeName%3Dn1&resourceVersion=0",
+            Some(150_000.0)
+        ));
+        assert!(!heavy(
+            "/api/v1/nodes?fieldSelector=metadata.name%3Dn1&resourceVersion=0",
+            None
+        ));
+        // The same read from etcd reads every pod; other fields narrow nothing.
+        assert!(heavy("/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", None));
+        assert!(heavy(
+            "/api/v1/pods?fieldSelector=spec.nodeName!%3Dn1&resourceVersion=0",
+            None
+        ));
+        assert!(heavy(
+            "/api/v1/pods?fieldSelector=status.phase%3DRunning&resourceVersion=0",
+            None
+        ));
     }
 
     #[test]

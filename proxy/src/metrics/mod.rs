@@ -148,6 +148,9 @@ pub struct Metrics {
     pub accept_errors: Family<ListenerLabel, Counter>,
     pub connections_refused: Family<ListenerLabel, Counter>,
     pub open_connections: Family<ListenerLabel, Gauge>,
+    /// Tasks alive in tollgate's runtime, set at each scrape: a leak of
+    /// connections or watches shows here before it shows in memory.
+    pub alive_tasks: Gauge,
     /// Handles into `requests` (code 200), `response_bytes` and `duration` per verb.
     pub per_verb: PerVerb,
     /// Handles into `predicted_bytes`, `actual_bytes` and `prediction_ratio` per class.
@@ -201,6 +204,7 @@ impl Metrics {
             accept_errors: Family::default(),
             connections_refused: Family::default(),
             open_connections: Family::default(),
+            alive_tasks: Gauge::default(),
             per_verb: PerVerb::default(),
             per_class: PerClass::default(),
         };
@@ -326,6 +330,11 @@ impl Metrics {
             "tollgate_open_connections",
             "Connections open, by listener (upgraded exec/attach/port-forward streams not included)",
             self.open_connections.clone(),
+        );
+        r.register(
+            "tollgate_runtime_alive_tasks",
+            "Tasks alive in tollgate's async runtime (connections, requests, watches, background loops), at the scrape",
+            self.alive_tasks.clone(),
         );
         for listener in LISTENERS {
             let l = ListenerLabel { listener };

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::decay::decay_factor;
 pub use crate::decay::DecayedHistogram;
-use crate::pattern::{PatternKey, PatternVerb};
+use crate::pattern::{Narrow, PatternKey, PatternVerb};
 
 pub mod settings;
 mod store;
@@ -218,6 +218,10 @@ pub enum Source {
     Default,
 }
 
+/// The kubelet's default `--max-pods`: what one node holds at most unless
+/// its operator raised it.
+const MAX_PODS_PER_NODE: f64 = 110.0;
+
 /// A predicted cost in bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Prediction {
@@ -358,6 +362,25 @@ impl PatternCache {
         })
     }
 
+    /// The share of the resource's full state (`full` bytes) a narrowed
+    /// request answers: one object, or one node's share (by the scraped
+    /// node count; before it is known, a full node's worth of pods). Only
+    /// the response: read from etcd, it still reads every object.
+    fn narrowed(&self, key: &PatternKey, full: f64) -> f64 {
+        let count = |resource: &str| self.object_count(resource).filter(|n| *n >= 1.0);
+        let per_object = count(&key.resource)
+            .map(|n| full / n)
+            .unwrap_or(self.settings.default_object_bytes);
+        match key.narrows_to() {
+            Some(Narrow::OneObject) => full.min(per_object),
+            Some(Narrow::OneNode) => match count("nodes") {
+                Some(nodes) => full / nodes,
+                None => full.min(MAX_PODS_PER_NODE * per_object),
+            },
+            None => full,
+        }
+    }
+
     /// How many objects of `resource` the apiserver stores, if scraped.
     pub fn object_count(&self, resource: &str) -> Option<f64> {
         self.objects.get(resource).map(|o| o.count)
@@ -396,7 +419,7 @@ impl PatternCache {
         };
         let (response_bytes, source) = match (key.verb, learned, prior) {
             (_, Some(b), _) => (b, Source::Pattern),
-            (_, None, Some(p)) => (p, Source::Prior),
+            (_, None, Some(p)) => (self.narrowed(key, p), Source::Prior),
             (_, None, None) if key.is_list_like() => {
                 (self.settings.default_list_bytes, Source::Default)
             }

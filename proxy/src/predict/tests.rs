@@ -127,11 +127,12 @@ fn scraped_object_counts_give_a_prior_before_any_full_list() {
     let t0 = Instant::now();
     c.set_object_count("pods", 1000.0);
     let by_node = key("/api/v1/pods?fieldSelector=spec.nodeName%3Dn1");
-    // 1000 objects × the default 4096 bytes each.
+    // Read from etcd: 1000 objects × the default 4096 bytes each; answered:
+    // one node's worth (110 pods), the node count not being known.
     let p = c.predict(&by_node, t0);
     assert_eq!(
         (p.response_bytes, p.read_bytes, p.source),
-        (4_096_000.0, 4_096_000.0, Source::Prior)
+        (450_560.0, 4_096_000.0, Source::Prior)
     );
     // A namespace LIST is not the cluster count.
     assert_eq!(
@@ -426,4 +427,27 @@ mod properties {
             }
         }
     }
+}
+
+#[test]
+fn a_narrowed_list_is_priced_at_its_share_but_reads_all_from_etcd() {
+    let mut c = cache();
+    let t0 = Instant::now();
+    c.observe(&key("/api/v1/pods"), &full(10_000_000), t0);
+    c.set_object_count("pods", 1000.0);
+    let by_node = key("/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&resourceVersion=0");
+    // No node count yet: a full node's worth (110 pods of 10 kB).
+    assert_eq!(c.predict(&by_node, t0).response_bytes, 1_100_000.0);
+    c.set_object_count("nodes", 50.0);
+    let p = c.predict(&by_node, t0);
+    assert_eq!((p.response_bytes, p.read_bytes), (200_000.0, 0.0));
+    // From etcd it reads every pod to find the node's.
+    let consistent = key("/api/v1/pods?fieldSelector=spec.nodeName%3Dn1");
+    let p = c.predict(&consistent, t0);
+    assert_eq!((p.response_bytes, p.read_bytes), (200_000.0, 10_000_000.0));
+    let one = key("/api/v1/pods?fieldSelector=metadata.name%3Dx&resourceVersion=0");
+    assert_eq!(c.predict(&one, t0).response_bytes, 10_000.0);
+    // Learned, the pattern's own bytes win.
+    c.observe(&by_node, &ok(3_000, 2), t0);
+    assert_eq!(c.predict(&by_node, t0).response_bytes, 3_000.0);
 }
