@@ -8,7 +8,7 @@
 #[macro_use]
 mod common;
 
-use common::{rv, sim_on, Backend, Http};
+use common::{rv, sim, sim_on, Backend, Http};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -583,4 +583,31 @@ async fn storage_list_metrics_say_where_lists_were_served(store: Backend) {
         Some("6")
     );
     assert_eq!(line("apiserver_storage_list_returned_objects_total{resource=\"nodes\",storage=\"watchcache\"}").as_deref(), Some("3"));
+}
+
+/// As kube-apiserver with `--etcd-count-metric-poll-period`: 0 until the first count.
+#[tokio::test]
+async fn object_counts_are_zero_until_the_first_poll_period_ends() {
+    let s = sim(&["--nodes", "3", "--etcd-count-metric-poll-period", "1s"]).await;
+    let c = Http::new(&s.url);
+    let nodes = || async {
+        let m = String::from_utf8_lossy(&c.get("/metrics").await.body).to_string();
+        m.lines()
+            .find(|l| l.starts_with("apiserver_storage_objects{resource=\"nodes\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!(nodes().await.as_deref(), Some("0"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while nodes().await.as_deref() != Some("3") {
+        assert!(tokio::time::Instant::now() < deadline, "never counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Without the flag: counted at once.
+    let live = sim(&["--nodes", "3"]).await;
+    let m = String::from_utf8_lossy(&Http::new(&live.url).get("/metrics").await.body).to_string();
+    assert!(
+        m.contains("apiserver_storage_objects{resource=\"nodes\"} 3"),
+        "{m}"
+    );
 }

@@ -139,6 +139,11 @@ pub struct SimArgs {
     /// How often a watch with allowWatchBookmarks=true gets a BOOKMARK event.
     #[arg(long, default_value = "60s")]
     pub bookmark_interval: DurationArg,
+    /// How often the stored-object counts on /metrics (apiserver_storage_objects) are
+    /// taken; until the first, they are 0, as kube-apiserver's (its default: 1m, the
+    /// 1.20 flag of the same name). 0s: counted at every scrape, the simulator's default.
+    #[arg(long, default_value = "0s")]
+    pub etcd_count_metric_poll_period: DurationArg,
     /// How long the simulated kubelet takes to stop a pod once its graceful delete starts
     /// (capped by the pod's grace period; a real kubelet takes up to the grace period).
     #[arg(long, default_value = "1s")]
@@ -229,6 +234,7 @@ impl SimArgs {
             watch_cache_wait_timeout: self.watch_cache_wait_timeout.0,
             max_request_body_bytes: self.max_request_body_bytes,
             bookmark_interval: self.bookmark_interval.0,
+            count_poll_period: self.etcd_count_metric_poll_period.0,
             kubelet_delete_delay: self.kubelet_delete_delay.0,
             exit_with_stdin: self.exit_with_stdin,
             authn,

@@ -76,6 +76,7 @@ pub struct SimConfig {
     pub watch_cache_wait_timeout: Duration,
     pub max_request_body_bytes: usize,
     pub bookmark_interval: Duration,
+    pub count_poll_period: Duration,
     pub kubelet_delete_delay: Duration,
     pub exit_with_stdin: bool,
     pub authn: AuthnConfig,

@@ -205,6 +205,7 @@ fn serving_state(
         },
         shutdown: stop.clone(),
         model,
+        counts: api::counts::ObjectCounts::new(config.count_poll_period),
     })
 }
 

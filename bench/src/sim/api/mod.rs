@@ -1,6 +1,7 @@
 //! One request's way through the simulated apiserver:
 //! authenticate → parse → max-in-flight → route → serve → count.
 
+pub mod counts;
 pub mod delete;
 pub mod discovery;
 pub mod list;
@@ -64,6 +65,8 @@ pub struct Api {
     pub shutdown: CancellationToken,
     /// The cost model (a no-op with `--cost-model none`).
     pub model: Arc<ControlPlane>,
+    /// What `/metrics` says is stored.
+    pub counts: counts::ObjectCounts,
 }
 
 /// What the connection knows about its client.

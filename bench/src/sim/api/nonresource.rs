@@ -60,7 +60,10 @@ impl Api {
     }
 
     fn metrics_text(&self) -> Response<Body> {
-        for (i, def) in resources::RESOURCES.iter().enumerate() {
+        let counts = self
+            .counts
+            .report(resources::RESOURCES.len(), |i| self.store.count(i));
+        for (def, count) in resources::RESOURCES.iter().zip(counts) {
             let name = if def.group.is_empty() {
                 def.name.to_string()
             } else {
@@ -69,7 +72,7 @@ impl Api {
             self.metrics
                 .storage_objects
                 .get_or_create(&crate::sim::metrics::ResourceLabels { resource: name })
-                .set(self.store.count(i) as i64);
+                .set(count as i64);
         }
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
