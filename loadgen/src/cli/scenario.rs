@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use kubeio::error_chain;
-use tokio_util::sync::CancellationToken;
 
 use super::parse_duration;
 use super::target::TargetArgs;
@@ -65,7 +64,8 @@ impl ScenarioArgs {
     }
 }
 
-/// The `loadgen run` command: load, run, print, and exit by the verdict.
+/// The `loadgen run` command: load, run, print, and exit by the verdict (or
+/// 128 + the signal's number when SIGINT/SIGTERM ended it early).
 pub fn main(args: ScenarioArgs) -> ExitCode {
     let scenario = match load(&args.file, &args.params) {
         Ok(s) => s,
@@ -86,16 +86,10 @@ pub fn main(args: ScenarioArgs) -> ExitCode {
         }
     };
     let opts = args.options();
-    let result = rt.block_on(async {
-        let shutdown = CancellationToken::new();
-        let on_signal = shutdown.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                tracing::warn!("interrupted: stopping, cleaning up and writing results");
-                on_signal.cancel();
-            }
-        });
-        run(&scenario, &opts, shutdown).await
+    let (result, interrupted) = rt.block_on(async {
+        let interrupts = crate::signal::Interrupts::listen("cleaning up and writing results");
+        let result = run(&scenario, &opts, interrupts.token()).await;
+        (result, interrupts.exit_code())
     });
     match result {
         Err(e) => {
@@ -104,7 +98,9 @@ pub fn main(args: ScenarioArgs) -> ExitCode {
         }
         Ok(report) => {
             print!("{}", report.table());
-            if report.error.is_some() {
+            if let Some(code) = interrupted {
+                ExitCode::from(code)
+            } else if report.error.is_some() {
                 ExitCode::from(1)
             } else if report.verdict == Verdict::Fail {
                 ExitCode::from(EXIT_SLO_MISSED)

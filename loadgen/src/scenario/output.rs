@@ -281,8 +281,11 @@ fn measurement_items(ms: &[MeasurementResult]) -> Vec<serde_json::Value> {
 pub fn write_top(dir: &Path, r: &ScenarioReport) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     write_json(&dir.join("summary.json"), r)?;
-    let perf =
-        serde_json::json!({"version": "v1", "dataItems": measurement_items(&r.measurements)});
+    let perf = serde_json::json!({
+        "version": "v1",
+        "dataItems": measurement_items(&r.measurements),
+        "interrupted": r.interrupted,
+    });
     write_json(&dir.join("perfdata.json"), &perf)
 }
 
