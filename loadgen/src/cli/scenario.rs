@@ -9,7 +9,8 @@ use kubeio::error_chain;
 
 use super::parse_duration;
 use super::target::TargetArgs;
-use crate::scenario::{load, outline, run, RunOptions, Verdict, EXIT_SLO_MISSED};
+use crate::scenario::validate::{load_with, Dialect, LoadOptions};
+use crate::scenario::{outline, run, RunOptions, Verdict, EXIT_SLO_MISSED};
 
 /// `loadgen run SCENARIO [FLAGS]`.
 #[derive(Debug, clap::Args)]
@@ -21,6 +22,12 @@ pub struct ScenarioArgs {
     /// Override a scenario parameter: --param NAME=VALUE (repeat) [default: the file's params].
     #[arg(long = "param", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
+    /// ClusterLoader2 overrides file (YAML `key: value`; repeat, later files win); implies --format cl2 [default: none].
+    #[arg(long = "testoverrides", alias = "test-overrides")]
+    pub testoverrides: Vec<PathBuf>,
+    /// The file's format: loadgen's scenario format, a ClusterLoader2 config, or auto (CL2 if it has CL2's `namespace:` key, template variables or helpers).
+    #[arg(long, value_enum, default_value_t = Format::Auto)]
+    pub format: Format,
     /// Write step-NN-<name>/summary.json, perfdata.json and the run's summary.json here [default: nothing written].
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -39,6 +46,14 @@ pub struct ScenarioArgs {
     /// Check the scenario (fields, tuning sets, templates, flags), print its steps and exit.
     #[arg(long)]
     pub validate: bool,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Auto,
+    Loadgen,
+    Cl2,
 }
 
 fn parse_param(s: &str) -> Result<(String, String), String> {
@@ -67,7 +82,16 @@ impl ScenarioArgs {
 /// The `loadgen run` command: load, run, print, and exit by the verdict (or
 /// 128 + the signal's number when SIGINT/SIGTERM ended it early).
 pub fn main(args: ScenarioArgs) -> ExitCode {
-    let scenario = match load(&args.file, &args.params) {
+    let load_options = LoadOptions {
+        params: args.params.clone(),
+        overrides: args.testoverrides.clone(),
+        dialect: match args.format {
+            Format::Auto => None,
+            Format::Loadgen => Some(Dialect::Loadgen),
+            Format::Cl2 => Some(Dialect::Cl2),
+        },
+    };
+    let scenario = match load_with(&args.file, &load_options) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("loadgen run: {}", error_chain(&e));

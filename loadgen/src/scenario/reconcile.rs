@@ -259,15 +259,18 @@ pub fn render(set: &ObjectSet, ns: &str, i: u64, ctx: &ReconcileCtx<'_>) -> Resu
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (ctx.seed, ns, &set.basename, i).hash(&mut h);
     let mut rng = rand::rngs::StdRng::seed_from_u64(h.finish());
-    let text = set.template.render(
-        &Context {
-            name: &name,
-            namespace: ns,
-            n: i,
-            params: ctx.params,
-        },
-        &mut rng,
-    );
+    let text = set
+        .template
+        .render(
+            &Context {
+                name: &name,
+                namespace: ns,
+                n: i,
+                params: ctx.params,
+            },
+            &mut rng,
+        )
+        .map_err(|e| format!("{} rendered for {name}: {e}", set.template_path.display()))?;
     let mut v: Value = serde_saphyr::from_str(&text)
         .map_err(|e| format!("{} rendered for {name}: {e}", set.template_path.display()))?;
     let Some(obj) = v.as_object_mut() else {

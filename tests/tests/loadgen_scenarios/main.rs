@@ -439,5 +439,6 @@ fn measurements_count_the_steps_between_start_and_gather() -> anyhow::Result<()>
     Ok(())
 }
 
+mod cl2;
 mod etcd;
 mod examples;
