@@ -37,6 +37,9 @@ pub struct ScenarioArgs {
     /// Prometheus /metrics URLs for ResourceUsage measurements that name none.
     #[arg(long, num_args = 1..)]
     pub server_metrics: Vec<String>,
+    /// After SIGTERM/SIGINT, how long a load phase's in-flight requests may still finish (a phase's own --drain-timeout may be shorter).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
     /// Per-request timeout of the object calls.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -72,6 +75,7 @@ impl ScenarioArgs {
             etcd_endpoints: self.etcd_endpoints.clone(),
             server_metrics: self.server_metrics.clone(),
             seed: self.seed,
+            drain_timeout: self.drain_timeout,
             ..RunOptions::default()
         };
         o.send.timeout = self.timeout;
