@@ -47,8 +47,8 @@ pub const SUPPORTED_KINDS: &[&str] = &[
 /// one of CL2's helpers.
 pub fn looks_like_cl2(text: &str) -> bool {
     text.lines().any(|l| {
-        let l = l.trim_end();
-        l.len() > 10 && l[..10].eq_ignore_ascii_case("namespace:")
+        l.get(..10)
+            .is_some_and(|p| p.eq_ignore_ascii_case("namespace:"))
     }) || text.contains("{{$")
         || [
             "DefaultParam",
