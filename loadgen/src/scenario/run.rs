@@ -347,11 +347,20 @@ impl Runner<'_> {
                     seed: self.opts.seed,
                     calls: &calls,
                 };
+                // After a signal, the units under way get the drain timeout.
+                let drained = async {
+                    stop.cancelled().await;
+                    tokio::time::sleep(self.opts.drain_timeout).await;
+                };
                 let tally = tokio::select! {
-                    t = reconcile::reconcile(o, &self.live, &ctx) => Some(t),
-                    _ = stop.cancelled() => None,
+                    t = reconcile::reconcile_until(o, &self.live, &ctx, &stop) => Some(t),
+                    _ = drained => None,
                 };
                 match tally {
+                    Some(t) if stop.is_cancelled() => {
+                        pr.error = Some("interrupted".into());
+                        pr.objects = Some(t);
+                    }
                     Some(t) => {
                         if t.failed > 0 {
                             pr.error = Some(format!(

@@ -1,5 +1,6 @@
-//! SIGTERM in the middle of a scenario: the load phase stops and drains, the namespaces are
-//! deleted, the results are written marked interrupted, and loadgen exits 143.
+//! SIGTERM in the middle of a scenario: the load phase stops and drains, the objects phase
+//! starts no more units and finishes those under way, the namespaces are deleted, the
+//! results are written marked interrupted, and loadgen exits 143.
 
 use std::fs::File;
 use std::process::{Command, Stdio};
@@ -28,11 +29,21 @@ fn lists_served(sim: &SimProcess) -> anyhow::Result<u64> {
 fn sigterm_stops_a_scenario_and_writes_its_results() -> anyhow::Result<()> {
     let sim = SimProcess::start(&["--nodes", "2", "--pods", "20", "--namespaces", "1"])?;
     let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: '{{.Name}}'}\ndata: {n: '{{N}}'}\n",
+    );
+    // A load phase and an objects phase side by side, both far from done at the signal.
     let file = write(
         dir.path(),
         "sigterm.yaml",
-        "name: sigterm\nnamespaces: 1\nsteps:\n- name: lists\n  phases:\n  - name: lists\n    \
-         loadgen: --lists 20/s --all-namespaces\n    duration: 10m\n",
+        "name: sigterm\nnamespaces: 1\ntuningSets:\n- {name: slow, qpsLoad: {qps: 5}}\n\
+         steps:\n- name: lists\n  phases:\n  - name: lists\n    \
+         loadgen: --lists 20/s --all-namespaces\n    duration: 10m\n  \
+         - name: configmaps\n    namespaceRange: {min: 1, max: 1}\n    \
+         replicasPerNamespace: 1000\n    tuningSet: slow\n    \
+         objectBundle: [{basename: cm, objectTemplatePath: cm.yaml}]\n",
     );
     let out = dir.path().join("out");
     let logs = tempfile::tempdir()?;
@@ -100,6 +111,21 @@ fn sigterm_stops_a_scenario_and_writes_its_results() -> anyhow::Result<()> {
             && list["errors"] == 0
             && list["cancelled"] == 0,
         "the phase's LISTs, drained: {list:#}"
+    );
+    // The objects phase started no unit after the signal and finished those under way.
+    let step = read_json(&out.join("step-00-lists/summary.json"))?;
+    let cms = step["phases"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "configmaps"))
+        .cloned()
+        .unwrap_or_default();
+    let created = cms["objects"]["created"].as_u64().unwrap_or(0);
+    anyhow::ensure!(
+        created >= 1
+            && created < 1000
+            && cms["objects"]["failed"] == 0
+            && cms["error"] == "interrupted",
+        "the objects phase after SIGTERM: {cms:#}"
     );
     wait_gone(&sim, &["loadgen-sigterm-1".to_string()])
 }
