@@ -121,8 +121,7 @@ fn sigterm_stops_a_scenario_and_writes_its_results() -> anyhow::Result<()> {
         .unwrap_or_default();
     let created = cms["objects"]["created"].as_u64().unwrap_or(0);
     anyhow::ensure!(
-        created >= 1
-            && created < 1000
+        (1..1000).contains(&created)
             && cms["objects"]["failed"] == 0
             && cms["error"] == "interrupted",
         "the objects phase after SIGTERM: {cms:#}"
