@@ -37,7 +37,7 @@ pub struct ScenarioArgs {
     /// Prometheus /metrics URLs for ResourceUsage measurements that name none.
     #[arg(long, num_args = 1..)]
     pub server_metrics: Vec<String>,
-    /// After SIGTERM/SIGINT, how long a load phase's in-flight requests may still finish (a phase's own --drain-timeout may be shorter).
+    /// After SIGTERM/SIGINT, how long the current step's requests in flight may still finish (a load phase's own --drain-timeout may be shorter).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
     /// Per-request timeout of the object calls.
