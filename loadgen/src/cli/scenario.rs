@@ -9,7 +9,7 @@ use kubeio::error_chain;
 
 use super::parse_duration;
 use super::target::TargetArgs;
-use crate::scenario::validate::{load_with, Dialect, LoadOptions};
+use crate::scenario::validate::{dialect_of, load_with, Dialect, LoadOptions};
 use crate::scenario::{outline, run, RunOptions, Verdict, EXIT_SLO_MISSED};
 
 /// `loadgen run SCENARIO [FLAGS]`.
@@ -86,7 +86,14 @@ impl ScenarioArgs {
 /// The `loadgen run` command: load, run, print, and exit by the verdict (or
 /// 128 + the signal's number when SIGINT/SIGTERM ended it early).
 pub fn main(args: ScenarioArgs) -> ExitCode {
-    let load_options = LoadOptions {
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("loadgen run: starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut load_options = LoadOptions {
         params: args.params.clone(),
         overrides: args.testoverrides.clone(),
         dialect: match args.format {
@@ -94,7 +101,29 @@ pub fn main(args: ScenarioArgs) -> ExitCode {
             Format::Loadgen => Some(Dialect::Loadgen),
             Format::Cl2 => Some(Dialect::Cl2),
         },
+        nodes: None,
     };
+    let opts = args.options();
+    // CL2's `.Nodes` is the cluster's size unless given; --validate sends nothing.
+    let text = std::fs::read_to_string(&args.file).unwrap_or_default();
+    if !args.validate
+        && dialect_of(&text, &load_options) == Dialect::Cl2
+        && !args.params.iter().any(|(k, _)| k == "Nodes")
+    {
+        let counted = rt.block_on(async {
+            let (_, client) = crate::scenario::connect(&opts.target)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            crate::scenario::cluster_size::schedulable_nodes(&client).await
+        });
+        match counted {
+            Ok(n) => load_options.nodes = Some(n),
+            Err(e) => {
+                eprintln!("loadgen run: counting the cluster's nodes for .Nodes (or give --param Nodes=N): {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let scenario = match load_with(&args.file, &load_options) {
         Ok(s) => s,
         Err(e) => {
@@ -106,14 +135,6 @@ pub fn main(args: ScenarioArgs) -> ExitCode {
         print!("{}", outline(&scenario));
         return ExitCode::SUCCESS;
     }
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("loadgen run: starting the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let opts = args.options();
     let (result, interrupted) = rt.block_on(async {
         let interrupts = crate::signal::Interrupts::listen("cleaning up and writing results");
         let result = run(&scenario, &opts, interrupts.token()).await;

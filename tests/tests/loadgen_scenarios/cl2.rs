@@ -70,7 +70,10 @@ fn a_cl2_config_renders_with_its_overrides() -> anyhow::Result<()> {
     let pods = objects(&s, 2)?;
     assert_eq!(pods.replicas, 20, "PODS_PER_NAMESPACE from overrides.yaml");
     let configmaps = objects(&s, 1)?;
-    assert_eq!(configmaps.replicas, 5, "DivideInt 20 4");
+    assert_eq!(
+        configmaps.replicas, 2,
+        "Nodes (default 1) × DivideInt 20 10"
+    );
     let pod = render(&s, 2, "cl2-density-2", 7)?;
     assert_eq!(pod["metadata"]["name"], "density-pod-0-7");
     let labels = &pod["metadata"]["labels"];
@@ -87,14 +90,31 @@ fn a_cl2_config_renders_with_its_overrides() -> anyhow::Result<()> {
     // Without the overrides, the config's own defaults hold.
     let plain = load_with(&dir.join("config.yaml"), &LoadOptions::default())?;
     assert_eq!(objects(&plain, 2)?.replicas, 5);
+    // .Nodes: the cluster's count, unless --param (or an override) gives it.
+    let sized = LoadOptions {
+        nodes: Some(4),
+        ..opts.clone()
+    };
+    assert_eq!(
+        objects(&load_with(&dir.join("config.yaml"), &sized)?, 1)?.replicas,
+        8
+    );
+    let given = LoadOptions {
+        params: vec![("Nodes".into(), "3".into())],
+        ..sized
+    };
+    assert_eq!(
+        objects(&load_with(&dir.join("config.yaml"), &given)?, 1)?.replicas,
+        6
+    );
     Ok(())
 }
 
-/// The config runs against the simulator: every object created, at its tuning set's rate,
-/// the measurement's PerfData written under the name perfdash looks for.
+/// The config runs against the simulator: `.Nodes` counted on it, every object created at
+/// its tuning set's rate, the measurement's PerfData written under the name perfdash looks for.
 #[test]
 fn a_cl2_config_runs_against_the_simulator() -> anyhow::Result<()> {
-    let sim = SimProcess::start(&[])?;
+    let sim = SimProcess::start(&["--nodes", "3"])?;
     let dir = cl2_dir();
     let tmp = tempfile::tempdir()?;
     let out = tmp.path().join("out");
@@ -114,9 +134,10 @@ fn a_cl2_config_runs_against_the_simulator() -> anyhow::Result<()> {
     );
     let summary = read_json(&out.join("summary.json"))?;
     assert_eq!(summary["verdict"], "pass", "{summary:#}");
-    // (step dir, objects, qps): the last of N units starts at (N - 1) / qps.
+    // (step dir, objects, qps): the last of N units starts at (N - 1) / qps. ConfigMaps:
+    // 2 namespaces × 3 nodes × DivideInt 20 10.
     for (step, count, qps) in [
-        ("step-01-Creating-configmaps", 10u64, 10.0),
+        ("step-01-Creating-configmaps", 12u64, 10.0),
         ("step-02-Creating-pods", 40, 20.0),
     ] {
         let s = read_json(&out.join(step).join("summary.json"))?;

@@ -1,7 +1,8 @@
 //! ClusterLoader2 configs: the file is a Go template (CL2's helpers, see
 //! [`crate::stages::template::cl2`]) over CL2's mapping — `--testoverrides`
 //! files (YAML `key: value`, later files win), then `CL2_*` environment
-//! variables (numbers and booleans unpacked, as CL2 does), then `--param`.
+//! variables (numbers and booleans unpacked, as CL2 does), then `--param`;
+//! `Nodes`, unless one of them gives it, is the cluster's count.
 //! The rendered config is read with CL2's spellings (`namespace.number`,
 //! `tuningSets[].qpsLoad.qps`, `steps[].phases[].objectBundle[].objectTemplatePath`,
 //! `templateFillMap`, `measurements[].Method`/`Identifier`/`Params`, keys in
@@ -124,6 +125,9 @@ fn mapping(opts: &LoadOptions) -> Result<BTreeMap<String, Value>, ScenarioError>
     }
     for (k, v) in &opts.params {
         m.insert(k.clone(), param_value(v));
+    }
+    if let Some(n) = opts.nodes {
+        m.entry("Nodes".to_string()).or_insert(Value::from(n));
     }
     Ok(m)
 }

@@ -41,6 +41,19 @@ pub struct LoadOptions {
     pub overrides: Vec<PathBuf>,
     /// `None`: CL2 if overrides are given or the file looks like a CL2 config.
     pub dialect: Option<Dialect>,
+    /// CL2's `.Nodes` when neither the overrides nor `--param` give it: the
+    /// cluster's schedulable nodes ([`crate::scenario::cluster_size`]).
+    pub nodes: Option<u64>,
+}
+
+/// The format `opts` ask for, or the one `text` is written in.
+pub fn dialect_of(text: &str, opts: &LoadOptions) -> Dialect {
+    opts.dialect
+        .unwrap_or(if !opts.overrides.is_empty() || looks_like_cl2(text) {
+            Dialect::Cl2
+        } else {
+            Dialect::Loadgen
+        })
 }
 
 /// Reads, parses and checks `path` as `opts` say (loadgen's format or CL2's).
@@ -49,13 +62,7 @@ pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<Scenario, ScenarioEr
         file: path.to_path_buf(),
         source,
     })?;
-    let dialect = opts
-        .dialect
-        .unwrap_or(if !opts.overrides.is_empty() || looks_like_cl2(&text) {
-            Dialect::Cl2
-        } else {
-            Dialect::Loadgen
-        });
+    let dialect = dialect_of(&text, opts);
     match dialect {
         Dialect::Loadgen if !opts.overrides.is_empty() => Err(invalid(
             path,
