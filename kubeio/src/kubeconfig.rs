@@ -42,8 +42,10 @@ pub struct ResolvedContext {
 /// Why a kubeconfig could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
-    #[error("no kubeconfig: --kubeconfig and --server not given, KUBECONFIG unset and ~/.kube/config missing")]
+    #[error("no kubeconfig: --kubeconfig and --server not given, KUBECONFIG unset, ~/.kube/config missing and not in a cluster (KUBERNETES_SERVICE_HOST unset)")]
     NotFound,
+    #[error(transparent)]
+    InCluster(#[from] crate::incluster::InClusterError),
     #[error("reading {path}")]
     Read {
         path: PathBuf,

@@ -66,12 +66,13 @@ const TIMER_SLACK: Duration = Duration::from_micros(50);
 const MIN_WAKE_GAP: Duration = Duration::from_millis(1);
 
 /// Starts `op`'s driver thread; the receiver completes when it is done
-/// (schedule over and requests finished, or `abort`).
+/// (schedule over or `stop`ped and requests finished, or `abort`).
 pub(crate) fn spawn(
     op: Arc<OpSpec>,
     ctx: Arc<RunCtx>,
     rec: Arc<OpRecorder>,
     start: Instant,
+    stop: CancellationToken,
     abort: CancellationToken,
     conns: Conns,
 ) -> std::io::Result<tokio::sync::oneshot::Receiver<()>> {
@@ -89,7 +90,7 @@ pub(crate) fn spawn(
                     return;
                 }
             };
-            rt.block_on(drive(&op, &ctx, &rec, start, &abort, &conns));
+            rt.block_on(drive(&op, &ctx, &rec, start, [&stop, &abort], &conns));
             // The runtime (and with it every connection task) ends before `done` says so.
             drop(rt);
             drop(done);
@@ -97,13 +98,15 @@ pub(crate) fn spawn(
     Ok(finished)
 }
 
-/// Issues `op`'s ticks on schedule without waiting for earlier requests.
+/// Issues `op`'s ticks on schedule without waiting for earlier requests,
+/// until the schedule ends or `stop`; then lets the requests in flight
+/// finish, unless `abort`.
 async fn drive(
     op: &OpSpec,
     ctx: &RunCtx,
     rec: &OpRecorder,
     start: Instant,
-    abort: &CancellationToken,
+    [stop, abort]: [&CancellationToken; 2],
     conns: &Conns,
 ) {
     let max_in_flight = ctx.config.max_in_flight.max(1);
@@ -124,9 +127,14 @@ async fn drive(
     };
     let mut in_flight = FuturesUnordered::new();
     let mut cancelled = std::pin::pin!(abort.cancelled());
+    let mut stopped = std::pin::pin!(stop.cancelled());
     let aborted = poll_fn(|cx| {
         if cancelled.as_mut().poll(cx).is_ready() {
             return Poll::Ready(true);
+        }
+        // Polled only until it fires: the schedule is then over for good.
+        if !ticks.done && stopped.as_mut().poll(cx).is_ready() {
+            ticks.done = true;
         }
         // Rings are taken (and the timer's waker registered) before the
         // schedule is looked at, so none is lost.

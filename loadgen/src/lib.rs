@@ -25,6 +25,7 @@
 //! - [`safety`]: namespace allow-list, object cap, `--dry-run` plan.
 //! - [`nodes`]: `--nodes N` / `loadgen nodes`: simulated kubelets (heartbeats, leases), daemons, `--bind`, presets.
 //! - [`stages`]: kwok-compatible Stages: pod and node lifecycles driven by watch events (`--stages`).
+//! - [`signal`]: SIGINT and SIGTERM stop a run (drained, results written, exit 128 + signal).
 //! - [`seed`]: `loadgen seed` / `cleanup` (fake nodes and pods, removed by label).
 //! - [`server_metrics`]: `--server-metrics` scraping (CPU and memory of the server).
 //! - [`etcd`]: `loadgen etcd`: direct etcd load (ranges, puts, watches) recorded like the API operations.
@@ -51,6 +52,7 @@ pub mod schedule;
 pub mod seed;
 pub mod send;
 pub mod server_metrics;
+pub mod signal;
 pub mod stages;
 pub mod target;
 pub mod watch;

@@ -1,11 +1,12 @@
-//! The `loadgen` binary: parse flags, install logging and Ctrl-C, run (or
-//! merge / seed / cleanup), print.
+//! The `loadgen` binary: parse flags, install logging and the SIGINT/SIGTERM
+//! handler, run (or merge / seed / cleanup), print, and exit with the status
+//! loadgen/README.md's exit-code table gives.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use loadgen::cli::{Cli, Command};
-use tokio_util::sync::CancellationToken;
+use loadgen::signal::Interrupts;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
             print!("{}", loadgen::safety::plan(&config));
             Ok(())
         }
-        Ok(config) => run(config),
+        Ok(config) => return run(config),
         Err(e) => {
             eprintln!("loadgen: {e}");
             return ExitCode::from(64);
@@ -47,21 +48,36 @@ fn finish(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-fn run(config: loadgen::Config) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async {
-        let shutdown = CancellationToken::new();
-        let on_signal = shutdown.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                tracing::warn!("interrupted: stopping and writing results");
-                on_signal.cancel();
-            }
-        });
-        let report = loadgen::run(config, shutdown).await?;
+/// A run: 0, or 128 + the signal's number when a signal ended it early
+/// (its results are written all the same), or 1 when it failed.
+fn run(config: loadgen::Config) -> ExitCode {
+    interrupted_or(|interrupts| async move {
+        let report = loadgen::run(config, interrupts.token()).await?;
         print!("{}", report.table());
         Ok(())
     })
+}
+
+/// Runs `body` on a new runtime with the signal handler installed; a signal
+/// decides the exit status over success (an interrupted run is not complete).
+fn interrupted_or<F, Fut>(body: F) -> ExitCode
+where
+    F: FnOnce(Interrupts) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => return finish(Err(e.into())),
+    };
+    let (result, interrupted) = rt.block_on(async {
+        let interrupts = Interrupts::listen("writing results");
+        let result = body(interrupts.clone()).await;
+        (result, interrupts.exit_code())
+    });
+    match (result, interrupted) {
+        (Ok(()), Some(code)) => ExitCode::from(code),
+        (result, _) => finish(result),
+    }
 }
 
 fn tool(command: Command) -> anyhow::Result<()> {
@@ -108,7 +124,7 @@ fn tool(command: Command) -> anyhow::Result<()> {
     }
 }
 
-/// `loadgen etcd`: flag errors exit 64, run errors 1.
+/// `loadgen etcd`: flag errors exit 64, run errors 1, a signal 128 + its number.
 fn etcd(args: loadgen::cli::etcd::EtcdArgs) -> ExitCode {
     let config = match args.into_config() {
         Ok(c) => c,
@@ -117,26 +133,15 @@ fn etcd(args: loadgen::cli::etcd::EtcdArgs) -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    finish((|| {
-        let rt = tokio::runtime::Runtime::new()?;
-        rt.block_on(async {
-            let shutdown = CancellationToken::new();
-            let on_signal = shutdown.clone();
-            tokio::spawn(async move {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    tracing::warn!("interrupted: stopping and writing results");
-                    on_signal.cancel();
-                }
-            });
-            let seed_only =
-                config.ranges.is_none() && config.puts.is_none() && config.watches.is_none();
-            let report = loadgen::etcd::run(config, shutdown).await?;
-            if seed_only {
-                println!("etcd: seed in place");
-            } else {
-                print!("{}", report.table());
-            }
-            Ok(())
-        })
-    })())
+    interrupted_or(|interrupts| async move {
+        let seed_only =
+            config.ranges.is_none() && config.puts.is_none() && config.watches.is_none();
+        let report = loadgen::etcd::run(config, interrupts.token()).await?;
+        if seed_only {
+            println!("etcd: seed in place");
+        } else {
+            print!("{}", report.table());
+        }
+        Ok(())
+    })
 }

@@ -74,7 +74,9 @@ pub fn perfdata(report: &Report) -> serde_json::Value {
             })
         })
         .collect();
-    json!({"version": "v1", "dataItems": items})
+    // perfdash reads `version` and `dataItems`; `interrupted` says the run
+    // ended early (a signal), as summary.json does.
+    json!({"version": "v1", "dataItems": items, "interrupted": report.interrupted})
 }
 
 /// `second,operation,completed,ok,rejected_429,errors,dropped,bytes,p50_ms,p99_ms,max_ms`.

@@ -23,8 +23,9 @@ use crate::window::{write_output, Scraping, Window};
 use crate::{Config, Error};
 
 /// Runs the load described by `config` until `--duration` ends or `shutdown`
-/// is cancelled (Ctrl-C), and returns what was measured. Results are written
-/// to `config.output` if set, also after an interruption.
+/// is cancelled (SIGINT, SIGTERM), lets in-flight requests finish within
+/// `--drain-timeout`, and returns what was measured. Results are written to
+/// `config.output` if set, also after an interruption.
 pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Report, Error> {
     // Ignore the error: a provider is already installed (by us or the embedder).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -68,9 +69,11 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
         creations: std::sync::atomic::AtomicU64::new(0),
         last_rv: Mutex::new(None),
     });
-    // Cancelled on Ctrl-C (via `shutdown`) or when the drain times out.
-    let abort = shutdown.child_token();
-    let load = start_load(&ctx, &target, sim_nodes, start, &abort);
+    // A signal (`shutdown`) ends the schedule early, as `--duration` does;
+    // what is in flight then still gets the drain. `abort` ends that, when
+    // the drain times out.
+    let abort = CancellationToken::new();
+    let load = start_load(&ctx, &target, sim_nodes, start, &shutdown, &abort);
     let metrics_stop = CancellationToken::new();
     let _stop_metrics = metrics_stop.clone().drop_guard();
     if let Some(listener) = metrics_listener {
@@ -91,7 +94,7 @@ pub async fn run(mut config: Config, shutdown: CancellationToken) -> Result<Repo
         config.progress,
         scraping,
     );
-    window.hold(config.duration, &abort).await;
+    window.hold(config.duration, &shutdown).await;
     load.watch_stop.cancel();
     // Drivers still issue ticks that were due before the end (if they fell
     // behind), and in-flight requests finish, within the drain timeout.
@@ -179,6 +182,7 @@ fn start_load(
     target: &Target,
     sim_nodes: Option<Vec<String>>,
     start: Instant,
+    stop: &CancellationToken,
     abort: &CancellationToken,
 ) -> Load {
     let config = &ctx.config;
@@ -193,6 +197,7 @@ fn start_load(
             ctx.clone(),
             rec,
             start,
+            stop.clone(),
             abort.clone(),
             conns,
         ) {
@@ -211,10 +216,11 @@ fn start_load(
         let delete = Arc::new(OpRecorder::new("burst-delete", start));
         recorders.push(create.clone());
         recorders.push(delete.clone());
-        let (burst, ctx, abort) = (burst.clone(), ctx.clone(), abort.clone());
+        // A burst is one wave of creates and deletes: a signal ends it at once.
+        let (burst, ctx, stop) = (burst.clone(), ctx.clone(), stop.clone());
         tracker.spawn(async move {
             tokio::select! {
-                _ = abort.cancelled() => {}
+                _ = stop.cancelled() => {}
                 _ = run_burst(&burst, &ctx, &create, &delete) => {}
             }
         });
@@ -234,6 +240,9 @@ fn start_load(
     }
     let node_stats = crate::nodes::NodesStats::default();
     if let (Some(spec), Some(nodes)) = (&config.nodes, sim_nodes) {
+        // Simulated kubelets beat until the end of the window: a signal
+        // ends them as the drain timeout does.
+        let abort = &either(stop, abort);
         let nctx = crate::nodes::StartCtx {
             target,
             client: &ctx.client,
@@ -255,6 +264,19 @@ fn start_load(
         watch_stop,
         node_stats,
     }
+}
+
+/// A token cancelled when `a` or `b` is.
+fn either(a: &CancellationToken, b: &CancellationToken) -> CancellationToken {
+    let both = b.child_token();
+    let (a, cancel) = (a.clone(), both.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = a.cancelled() => cancel.cancel(),
+            _ = cancel.cancelled() => {}
+        }
+    });
+    both
 }
 
 /// `--watches N`: the watchers, and their two recorders.

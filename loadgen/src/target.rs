@@ -1,5 +1,5 @@
-//! Where the load goes and how to reach it: `--server` with TLS flags or a
-//! kubeconfig context, with its [`Credentials`], and the pooled hyper client
+//! Where the load goes and how to reach it: `--server` with TLS flags, a
+//! kubeconfig context or, in a pod, the service account (see [`kubeio::incluster`]), with its [`Credentials`], and the pooled hyper client
 //! (rustls, ring) used for everything but the scheduled operations (watches,
 //! seeding, checks, scraping); those send through [`crate::conn`].
 //!
@@ -51,6 +51,8 @@ pub struct TargetOptions {
     pub insecure_skip_tls_verify: bool,
     pub tls_server_name: Option<String>,
     pub http: HttpVersion,
+    /// Where the in-cluster service-account files are [default: the kubelet's mount].
+    pub service_account_dir: Option<PathBuf>,
 }
 
 /// A resolved target: a server URL and the credentials to use on it.
@@ -118,10 +120,11 @@ impl TargetOptions {
                 server: s.clone(),
                 ..Default::default()
             },
-            None => {
-                let files = kubeconfig::paths(self.kubeconfig.as_deref())?;
-                kubeconfig::load(&files, self.context.as_deref())?
-            }
+            None => kubeio::incluster::resolve(
+                self.kubeconfig.as_deref(),
+                self.context.as_deref(),
+                self.service_account_dir.as_deref(),
+            )?,
         };
         if let Some(p) = &self.certificate_authority {
             ctx.ca_pem = Some(read(p)?);

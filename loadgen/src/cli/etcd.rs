@@ -95,7 +95,7 @@ pub struct EtcdArgs {
     /// Per-request timeout.
     #[arg(long, default_value = "60s", value_parser = parse_duration, help_heading = "Run")]
     pub timeout: Duration,
-    /// After --duration, how long in-flight requests may still finish.
+    /// After --duration, SIGTERM or SIGINT, how long in-flight requests may still finish.
     #[arg(long, default_value = "30s", value_parser = parse_duration, help_heading = "Run")]
     pub drain_timeout: Duration,
     /// Write summary.json, perfdata.json, timeseries.csv and histograms/ here.

@@ -46,7 +46,7 @@ pub struct RunArgs {
     /// Per-attempt timeout, from sending to the end of the body.
     #[arg(long, default_value = "60s", value_parser = parse_duration, help_heading = "Run")]
     pub timeout: Duration,
-    /// After --duration, how long in-flight requests may still finish.
+    /// After --duration, SIGTERM or SIGINT, how long in-flight requests may still finish.
     #[arg(long, default_value = "30s", value_parser = parse_duration, help_heading = "Run")]
     pub drain_timeout: Duration,
     /// Retry 429s after their Retry-After (header or Status details), like client-go [default: false].

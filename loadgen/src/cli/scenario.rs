@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use kubeio::error_chain;
-use tokio_util::sync::CancellationToken;
 
 use super::parse_duration;
 use super::target::TargetArgs;
-use crate::scenario::{load, outline, run, RunOptions, Verdict, EXIT_SLO_MISSED};
+use crate::scenario::validate::{dialect_of, load_with, Dialect, LoadOptions};
+use crate::scenario::{outline, run, RunOptions, Verdict, EXIT_SLO_MISSED};
 
 /// `loadgen run SCENARIO [FLAGS]`.
 #[derive(Debug, clap::Args)]
@@ -22,6 +22,12 @@ pub struct ScenarioArgs {
     /// Override a scenario parameter: --param NAME=VALUE (repeat) [default: the file's params].
     #[arg(long = "param", value_parser = parse_param)]
     pub params: Vec<(String, String)>,
+    /// ClusterLoader2 overrides file (YAML `key: value`; repeat, later files win); implies --format cl2 [default: none].
+    #[arg(long = "testoverrides", alias = "test-overrides")]
+    pub testoverrides: Vec<PathBuf>,
+    /// The file's format: loadgen's scenario format, a ClusterLoader2 config, or auto (CL2 if it has CL2's `namespace:` key, template variables or helpers).
+    #[arg(long, value_enum, default_value_t = Format::Auto)]
+    pub format: Format,
     /// Write step-NN-<name>/summary.json, perfdata.json and the run's summary.json here [default: nothing written].
     #[arg(long)]
     pub output: Option<PathBuf>,
@@ -31,6 +37,9 @@ pub struct ScenarioArgs {
     /// Prometheus /metrics URLs for ResourceUsage measurements that name none.
     #[arg(long, num_args = 1..)]
     pub server_metrics: Vec<String>,
+    /// After SIGTERM/SIGINT, how long the current step's requests in flight may still finish (a load phase's own --drain-timeout may be shorter).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
     /// Per-request timeout of the object calls.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -40,6 +49,14 @@ pub struct ScenarioArgs {
     /// Check the scenario (fields, tuning sets, templates, flags), print its steps and exit.
     #[arg(long)]
     pub validate: bool,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Auto,
+    Loadgen,
+    Cl2,
 }
 
 fn parse_param(s: &str) -> Result<(String, String), String> {
@@ -58,6 +75,7 @@ impl ScenarioArgs {
             etcd_endpoints: self.etcd_endpoints.clone(),
             server_metrics: self.server_metrics.clone(),
             seed: self.seed,
+            drain_timeout: self.drain_timeout,
             ..RunOptions::default()
         };
         o.send.timeout = self.timeout;
@@ -65,9 +83,48 @@ impl ScenarioArgs {
     }
 }
 
-/// The `loadgen run` command: load, run, print, and exit by the verdict.
+/// The `loadgen run` command: load, run, print, and exit by the verdict (or
+/// 128 + the signal's number when SIGINT/SIGTERM ended it early).
 pub fn main(args: ScenarioArgs) -> ExitCode {
-    let scenario = match load(&args.file, &args.params) {
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("loadgen run: starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut load_options = LoadOptions {
+        params: args.params.clone(),
+        overrides: args.testoverrides.clone(),
+        dialect: match args.format {
+            Format::Auto => None,
+            Format::Loadgen => Some(Dialect::Loadgen),
+            Format::Cl2 => Some(Dialect::Cl2),
+        },
+        nodes: None,
+    };
+    let opts = args.options();
+    // CL2's `.Nodes` is the cluster's size unless given; --validate sends nothing.
+    let text = std::fs::read_to_string(&args.file).unwrap_or_default();
+    if !args.validate
+        && dialect_of(&text, &load_options) == Dialect::Cl2
+        && !args.params.iter().any(|(k, _)| k == "Nodes")
+    {
+        let counted = rt.block_on(async {
+            let (_, client) = crate::scenario::connect(&opts.target)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            crate::scenario::cluster_size::schedulable_nodes(&client).await
+        });
+        match counted {
+            Ok(n) => load_options.nodes = Some(n),
+            Err(e) => {
+                eprintln!("loadgen run: counting the cluster's nodes for .Nodes (or give --param Nodes=N): {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let scenario = match load_with(&args.file, &load_options) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("loadgen run: {}", error_chain(&e));
@@ -78,24 +135,10 @@ pub fn main(args: ScenarioArgs) -> ExitCode {
         print!("{}", outline(&scenario));
         return ExitCode::SUCCESS;
     }
-    let rt = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("loadgen run: starting the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let opts = args.options();
-    let result = rt.block_on(async {
-        let shutdown = CancellationToken::new();
-        let on_signal = shutdown.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                tracing::warn!("interrupted: stopping, cleaning up and writing results");
-                on_signal.cancel();
-            }
-        });
-        run(&scenario, &opts, shutdown).await
+    let (result, interrupted) = rt.block_on(async {
+        let interrupts = crate::signal::Interrupts::listen("cleaning up and writing results");
+        let result = run(&scenario, &opts, interrupts.token()).await;
+        (result, interrupts.exit_code())
     });
     match result {
         Err(e) => {
@@ -104,7 +147,9 @@ pub fn main(args: ScenarioArgs) -> ExitCode {
         }
         Ok(report) => {
             print!("{}", report.table());
-            if report.error.is_some() {
+            if let Some(code) = interrupted {
+                ExitCode::from(code)
+            } else if report.error.is_some() {
                 ExitCode::from(1)
             } else if report.verdict == Verdict::Fail {
                 ExitCode::from(EXIT_SLO_MISSED)

@@ -7,7 +7,7 @@ use crate::target::{HttpVersion, TargetOptions};
 /// How to reach the API server (shared by runs, seed and cleanup).
 #[derive(Debug, Clone, clap::Args)]
 pub struct TargetArgs {
-    /// API server URL (e.g. https://127.0.0.1:6443); without it the kubeconfig is used.
+    /// API server URL (e.g. https://127.0.0.1:6443); without it the kubeconfig is used, else (in a pod) the service account.
     #[arg(long, help_heading = "Target")]
     pub server: Option<String>,
     /// Kubeconfig file [default: $KUBECONFIG, else ~/.kube/config]; exec credential plugins are run.
@@ -40,6 +40,11 @@ pub struct TargetArgs {
     /// Shorthand for --http-version 2.
     #[arg(long, help_heading = "Target")]
     pub http2: bool,
+    /// In a pod without a kubeconfig: the service-account directory. Hidden: a
+    /// pod always has the kubelet's mount; tests cannot write there, so they
+    /// point this at files of their own.
+    #[arg(long, hide = true, default_value = kubeio::incluster::SERVICE_ACCOUNT_DIR)]
+    pub service_account_dir: PathBuf,
 }
 
 impl TargetArgs {
@@ -55,6 +60,7 @@ impl TargetArgs {
             token: self.token.clone(),
             insecure_skip_tls_verify: self.insecure_skip_tls_verify,
             tls_server_name: self.tls_server_name.clone(),
+            service_account_dir: Some(self.service_account_dir.clone()),
             http: if self.http2 {
                 HttpVersion::Http2
             } else {

@@ -31,6 +31,9 @@ pub(crate) struct DriveCtx {
     pub(crate) max_in_flight: usize,
     pub(crate) timeout: Duration,
     pub(crate) start: Instant,
+    /// Ends the schedule early (a signal); requests in flight still finish.
+    pub(crate) stop: CancellationToken,
+    /// Ends the requests in flight (the drain timed out).
     pub(crate) abort: CancellationToken,
 }
 
@@ -83,8 +86,9 @@ impl Op {
     }
 }
 
-/// Issues `op` at `rate` until the schedule passes `ctx.duration`, then waits
-/// for its requests (they stop early when `ctx.abort` is cancelled).
+/// Issues `op` at `rate` until the schedule passes `ctx.duration` (or
+/// `ctx.stop`), then waits for its requests (they stop early when
+/// `ctx.abort` is cancelled).
 pub(crate) async fn drive(op: Op, rate: Rate, ctx: DriveCtx, rec: Arc<OpRecorder>) {
     let op = Arc::new(op);
     let slots = Arc::new(Semaphore::new(ctx.max_in_flight.max(1)));
@@ -100,6 +104,7 @@ pub(crate) async fn drive(op: Op, rate: Rate, ctx: DriveCtx, rec: Arc<OpRecorder
         let intended = ctx.start + offset;
         tokio::select! {
             _ = tokio::time::sleep_until(intended) => {}
+            _ = ctx.stop.cancelled() => break,
             _ = ctx.abort.cancelled() => break,
         }
         // The permit travels with the request: no path can leak a slot.

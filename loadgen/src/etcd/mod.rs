@@ -153,7 +153,8 @@ pub async fn run(config: EtcdConfig, shutdown: CancellationToken) -> Result<Repo
 
     let watch_stats = Arc::new(crate::watch::WatchStats::default());
     let watch_end = watch::End::default();
-    let abort = shutdown.child_token();
+    // A signal ends the schedule; `abort` ends what is in flight when the drain times out.
+    let abort = CancellationToken::new();
     let tracker = TaskTracker::new();
     let mut recorders = Vec::new();
     // Connected before the clock starts, so the first ticks do not wait for a handshake.
@@ -185,7 +186,7 @@ pub async fn run(config: EtcdConfig, shutdown: CancellationToken) -> Result<Repo
         range_client,
         put_client,
         start,
-        &abort,
+        [&shutdown, &abort],
         &mut recorders,
     );
     tracker.close();
@@ -199,7 +200,7 @@ pub async fn run(config: EtcdConfig, shutdown: CancellationToken) -> Result<Repo
     );
     let no_load = config.ranges.is_none() && config.puts.is_none() && config.watches.is_none();
     if !no_load {
-        window.hold(config.duration, &abort).await;
+        window.hold(config.duration, &shutdown).await;
     }
     window.drain(&drivers, config.drain_timeout, &abort).await;
     if config.watches.is_some() {
@@ -229,7 +230,7 @@ fn start_drivers(
     range_client: Option<etcd_client::Client>,
     put_client: Option<etcd_client::Client>,
     start: Instant,
-    abort: &CancellationToken,
+    tokens: [&CancellationToken; 2],
     recorders: &mut Vec<Arc<OpRecorder>>,
 ) -> TaskTracker {
     let drivers = TaskTracker::new();
@@ -240,7 +241,7 @@ fn start_drivers(
             kv: connect::kv(client),
             spec: spec.clone(),
         };
-        drivers.spawn(drive::drive(op, spec.rate, ctx(config, start, abort), rec));
+        drivers.spawn(drive::drive(op, spec.rate, ctx(config, start, tokens), rec));
     }
     if let (Some(spec), Some(client)) = (&config.puts, &put_client) {
         let rec = Arc::new(OpRecorder::new(OP_PUT, start));
@@ -250,7 +251,7 @@ fn start_drivers(
             kv: connect::kv(client),
             spec: spec.clone(),
         };
-        drivers.spawn(drive::drive(op, spec.rate, ctx(config, start, abort), rec));
+        drivers.spawn(drive::drive(op, spec.rate, ctx(config, start, tokens), rec));
     }
     drivers.close();
     drivers
@@ -307,13 +308,18 @@ async fn finish_watches(
     let _ = tokio::time::timeout(grace, tracker.wait()).await;
 }
 
-fn ctx(config: &EtcdConfig, start: Instant, abort: &CancellationToken) -> drive::DriveCtx {
+fn ctx(
+    config: &EtcdConfig,
+    start: Instant,
+    [stop, abort]: [&CancellationToken; 2],
+) -> drive::DriveCtx {
     drive::DriveCtx {
         schedule: config.schedule.clone(),
         duration: config.duration,
         max_in_flight: config.max_in_flight,
         timeout: config.timeout,
         start,
+        stop: stop.clone(),
         abort: abort.clone(),
     }
 }

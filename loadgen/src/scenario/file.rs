@@ -141,6 +141,9 @@ pub struct ObjectFile {
     pub object_template_path: String,
     #[serde(default)]
     pub object_type: Option<ObjectTypeFile>,
+    /// ClusterLoader2's per-object template parameters (CL2 configs only).
+    #[serde(default)]
+    pub template_fill_map: Option<BTreeMap<String, Value>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -242,6 +245,7 @@ const FIELDS: &[&str] = &[
     "tuningSet",
     "objectBundle",
     "objectTemplatePath",
+    "templateFillMap",
     "objectType",
     "apiGroup",
     "apiVersion",
@@ -282,7 +286,8 @@ pub fn canonicalize(v: Value) -> Value {
                 let mut out = serde_json::Map::new();
                 for (k, v) in map {
                     let key = canon(&k);
-                    let v = if top && key == "params" {
+                    // User-named maps keep their keys as written.
+                    let v = if (top && key == "params") || key == "templateFillMap" {
                         v
                     } else if top && key == "namespaces" && v.is_number() {
                         serde_json::json!({ "count": v })

@@ -211,6 +211,9 @@ pub struct WatchLatencySummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeasurementResult {
     pub method: String,
+    /// The method as the scenario file spells it (names the perfdash file).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub method_as_written: String,
     pub identifier: String,
     pub started_in_step: usize,
     /// `None` when the run ended (failed or interrupted) before the gather step.
@@ -228,6 +231,7 @@ pub struct MeasurementResult {
 /// A started measurement.
 pub struct Active {
     pub method: Method,
+    method_as_written: String,
     pub identifier: String,
     started_in_step: usize,
     started: Instant,
@@ -353,6 +357,7 @@ impl Active {
         };
         Ok(Active {
             method: m.method,
+            method_as_written: m.method_as_written.clone(),
             identifier: m.identifier.clone(),
             started_in_step: step,
             started: Instant::now(),
@@ -387,6 +392,7 @@ impl Active {
         let name = format!("{}/{}", method_name(self.method), self.identifier);
         let mut result = MeasurementResult {
             method: method_name(self.method).into(),
+            method_as_written: self.method_as_written.clone(),
             identifier: self.identifier.clone(),
             started_in_step: self.started_in_step,
             gathered_in_step: gather.map(|(_, s)| s),
@@ -548,6 +554,7 @@ mod tests {
         calls.record(&list, &ok(429), Duration::from_millis(1));
         let m = MeasurementAction {
             method: Method::ApiResponsiveness,
+            method_as_written: "APIResponsiveness".into(),
             identifier: "api".into(),
             action: super::super::validate::Action::Start,
             resource: "pods".parse().expect("resource"),
@@ -558,6 +565,7 @@ mod tests {
         };
         let active = Active {
             method: m.method,
+            method_as_written: m.method_as_written.clone(),
             identifier: "api".into(),
             started_in_step: 0,
             started: Instant::now(),

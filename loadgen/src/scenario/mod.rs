@@ -15,7 +15,9 @@
 //! - [`run`]: steps in series, phases in parallel, cleanup whatever happens.
 //! - [`output`]: `summary.json`, `perfdata.json` per step and for the run; the end table.
 //! - `etcd_phase`: an `etcd:` phase through [`crate::etcd`].
+//! - [`cluster_size`]: `.Nodes` of ClusterLoader2 configs, counted on the cluster.
 
+pub mod cluster_size;
 mod etcd_phase;
 pub mod file;
 pub mod measure;

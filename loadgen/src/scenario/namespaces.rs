@@ -12,7 +12,7 @@ use crate::target::ApiClient;
 
 use super::reconcile::SCENARIO_LABEL;
 
-async fn call(
+pub(crate) async fn call(
     client: &ApiClient,
     method: Method,
     path: &str,

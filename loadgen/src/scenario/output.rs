@@ -1,5 +1,7 @@
 //! A scenario run's results: the top-level `summary.json`
-//! (`loadgen.scenario/v1`) and `perfdata.json` in the output dir, and per step
+//! (`loadgen.scenario/v1`), `perfdata.json` and one perfdash-named PerfData
+//! file per measurement (`{Method}_{Identifier}_{name}_{time}.json`) in the
+//! output dir, and per step
 //! `step-NN-<name>/summary.json` + `perfdata.json` (plus, for a loadgen or
 //! etcd phase, that run's own files in `phase-MM-<name>/`); and the end table.
 //!
@@ -277,13 +279,45 @@ fn measurement_items(ms: &[MeasurementResult]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// `DIR/summary.json` and `DIR/perfdata.json` (every gathered measurement).
+/// `DIR/summary.json` and `DIR/perfdata.json` (every gathered measurement),
+/// and one PerfData file per measurement named as ClusterLoader2 names its
+/// summaries, so perfdash finds them (see [`perfdash_name`]).
 pub fn write_top(dir: &Path, r: &ScenarioReport) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     write_json(&dir.join("summary.json"), r)?;
-    let perf =
-        serde_json::json!({"version": "v1", "dataItems": measurement_items(&r.measurements)});
+    let at = crate::ops::rfc3339(crate::ops::unix_nanos());
+    for m in &r.measurements {
+        let perf = serde_json::json!({
+            "version": "v1",
+            "dataItems": measurement_items(std::slice::from_ref(m)),
+        });
+        write_json(&dir.join(perfdash_name(m, &r.name, &at)), &perf)?;
+    }
+    let perf = serde_json::json!({
+        "version": "v1",
+        "dataItems": measurement_items(&r.measurements),
+        "interrupted": r.interrupted,
+    });
     write_json(&dir.join("perfdata.json"), &perf)
+}
+
+/// CL2's summary file name, `{Method}_{Identifier}_{test name}_{RFC 3339 time}.json`
+/// (the method as the file spells it):
+/// perfdash's `OutputFilePrefix` is `{Method}_{Identifier}` and its `Name` the
+/// test's name.
+pub fn perfdash_name(m: &MeasurementResult, test: &str, at: &str) -> String {
+    let part = crate::output::file_name;
+    let method = if m.method_as_written.is_empty() {
+        &m.method
+    } else {
+        &m.method_as_written
+    };
+    format!(
+        "{}_{}_{}_{at}.json",
+        part(method),
+        part(&m.identifier),
+        part(test)
+    )
 }
 
 /// A step's dir: `summary.json`, `perfdata.json` (its phases' calls and the

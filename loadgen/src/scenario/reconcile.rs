@@ -16,6 +16,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::measure::{ApiCalls, CallKey};
 use super::template::Context;
@@ -103,6 +104,18 @@ pub struct ReconcileCtx<'a> {
 
 /// Brings `phase`'s objects to their declared state; `live` is updated.
 pub async fn reconcile(phase: &ObjectPhase, live: &Live, ctx: &ReconcileCtx<'_>) -> ObjectTally {
+    reconcile_until(phase, live, ctx, &CancellationToken::new()).await
+}
+
+/// [`reconcile`], but once `stop` is cancelled (a signal) no further unit
+/// starts; those under way finish and are counted. A stopped phase leaves
+/// `live` as it was: the run's cleanup deletes its namespaces anyway.
+pub async fn reconcile_until(
+    phase: &ObjectPhase,
+    live: &Live,
+    ctx: &ReconcileCtx<'_>,
+    stop: &CancellationToken,
+) -> ObjectTally {
     let namespaces: Vec<String> = phase
         .namespaces
         .clone()
@@ -123,14 +136,16 @@ pub async fn reconcile(phase: &ObjectPhase, live: &Live, ctx: &ReconcileCtx<'_>)
     };
     let start = Instant::now();
     let lag = Mutex::new(crate::record::new_histogram());
-    tuning::spread(&offsets, start, |u| {
+    tuning::spread(&offsets, start, stop, |u| {
         let (ns, i) = work.units[u].clone();
         let late = start.elapsed().saturating_sub(offsets[u]);
         lock(&lag).saturating_record(u64::try_from(late.as_micros()).unwrap_or(u64::MAX).max(1));
         run_unit(phase, &work, ns, i, ctx, &tally)
     })
     .await;
-    record_live(phase, live, &namespaces);
+    if !stop.is_cancelled() {
+        record_live(phase, live, &namespaces);
+    }
     let mut out = lock(&tally).clone();
     let lag = lock(&lag);
     if !lag.is_empty() {
@@ -259,15 +274,18 @@ pub fn render(set: &ObjectSet, ns: &str, i: u64, ctx: &ReconcileCtx<'_>) -> Resu
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (ctx.seed, ns, &set.basename, i).hash(&mut h);
     let mut rng = rand::rngs::StdRng::seed_from_u64(h.finish());
-    let text = set.template.render(
-        &Context {
-            name: &name,
-            namespace: ns,
-            n: i,
-            params: ctx.params,
-        },
-        &mut rng,
-    );
+    let text = set
+        .template
+        .render(
+            &Context {
+                name: &name,
+                namespace: ns,
+                n: i,
+                params: ctx.params,
+            },
+            &mut rng,
+        )
+        .map_err(|e| format!("{} rendered for {name}: {e}", set.template_path.display()))?;
     let mut v: Value = serde_saphyr::from_str(&text)
         .map_err(|e| format!("{} rendered for {name}: {e}", set.template_path.display()))?;
     let Some(obj) = v.as_object_mut() else {

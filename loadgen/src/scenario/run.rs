@@ -33,6 +33,9 @@ pub struct RunOptions {
     pub send: SendOptions,
     /// Seeds RAND in templates and the random tuning sets.
     pub seed: u64,
+    /// After a signal, how long a load phase's in-flight requests may still
+    /// finish (at most; a phase's own `--drain-timeout` may be shorter).
+    pub drain_timeout: Duration,
 }
 
 impl Default for RunOptions {
@@ -47,6 +50,7 @@ impl Default for RunOptions {
                 ..SendOptions::default()
             },
             seed: 1,
+            drain_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -343,11 +347,20 @@ impl Runner<'_> {
                     seed: self.opts.seed,
                     calls: &calls,
                 };
+                // After a signal, the units under way get the drain timeout.
+                let drained = async {
+                    stop.cancelled().await;
+                    tokio::time::sleep(self.opts.drain_timeout).await;
+                };
                 let tally = tokio::select! {
-                    t = reconcile::reconcile(o, &self.live, &ctx) => Some(t),
-                    _ = stop.cancelled() => None,
+                    t = reconcile::reconcile_until(o, &self.live, &ctx, &stop) => Some(t),
+                    _ = drained => None,
                 };
                 match tally {
+                    Some(t) if stop.is_cancelled() => {
+                        pr.error = Some("interrupted".into());
+                        pr.objects = Some(t);
+                    }
                     Some(t) => {
                         if t.failed > 0 {
                             pr.error = Some(format!(
@@ -368,6 +381,7 @@ impl Runner<'_> {
                 config.target = self.opts.target.clone();
                 config.output = None;
                 config.progress = false;
+                config.drain_timeout = config.drain_timeout.min(self.opts.drain_timeout);
                 match crate::run(config, stop).await {
                     Ok(r) => {
                         calls.add_report(&r);

@@ -133,6 +133,50 @@ impl Template {
     }
 }
 
+/// An object template: loadgen's own language, or (in a ClusterLoader2
+/// config) a Go template with CL2's helpers over `.Name`, `.Index`,
+/// `.Namespace`, `.BaseName` and the bundle entry's `templateFillMap`.
+#[derive(Debug, Clone)]
+pub enum ObjectTemplate {
+    Loadgen(Template),
+    Go {
+        template: crate::stages::template::Template,
+        fill: BTreeMap<String, serde_json::Value>,
+        basename: String,
+        /// Where `IncludeFile`/`IncludeEmbedFile` read from: the config's directory.
+        dir: std::path::PathBuf,
+    },
+}
+
+impl ObjectTemplate {
+    /// The object's text for `ctx`; a Go template may fail (a helper's error).
+    pub fn render(&self, ctx: &Context<'_>, rng: &mut impl Rng) -> Result<String, String> {
+        match self {
+            ObjectTemplate::Loadgen(t) => Ok(t.render(ctx, rng)),
+            ObjectTemplate::Go {
+                template,
+                fill,
+                basename,
+                dir,
+            } => {
+                let mut data: serde_json::Map<String, serde_json::Value> =
+                    fill.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                data.insert("Name".into(), ctx.name.into());
+                data.insert("Index".into(), ctx.n.into());
+                data.insert("Namespace".into(), ctx.namespace.into());
+                data.insert("BaseName".into(), basename.clone().into());
+                let env = crate::stages::template::Env {
+                    include_dir: Some(dir.clone()),
+                    ..Default::default()
+                };
+                template
+                    .render(&serde_json::Value::Object(data), &env)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
 fn field(ctx: &Context<'_>, name: &str) -> String {
     match name {
         "Name" => ctx.name.to_string(),

@@ -9,6 +9,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::rate::Rate;
 use crate::schedule::{ScheduleKind, Ticks};
@@ -89,8 +90,14 @@ impl TuningSet {
 
 /// Starts `unit(i)` at `start + offsets[i]` for every `i` and waits for all of
 /// them; units run concurrently, each started on time whatever the others do.
-/// Results come back in unit order.
-pub async fn spread<F, Fut, T>(offsets: &[Duration], start: Instant, mut unit: F) -> Vec<T>
+/// Once `stop` is cancelled no unit starts; those running finish. Results
+/// come back in unit order.
+pub async fn spread<F, Fut, T>(
+    offsets: &[Duration],
+    start: Instant,
+    stop: &CancellationToken,
+    mut unit: F,
+) -> Vec<T>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = T>,
@@ -102,6 +109,7 @@ where
         let due = offsets.get(next).map(|d| start + *d);
         tokio::select! {
             biased;
+            _ = stop.cancelled(), if due.is_some() => next = offsets.len(),
             _ = async { if let Some(at) = due { tokio::time::sleep_until(at).await } },
                 if due.is_some() => {
                 let i = next;
@@ -136,7 +144,7 @@ mod tests {
         let start = Instant::now();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let offsets = ts.offsets(units, 42);
-        let done = spread(&offsets, start, |i| {
+        let done = spread(&offsets, start, &CancellationToken::new(), |i| {
             let seen = seen.clone();
             async move {
                 seen.lock().expect("lock").push((i, start.elapsed()));
@@ -149,6 +157,26 @@ mod tests {
         let mut v = seen.lock().expect("lock").clone();
         v.sort();
         v.into_iter().map(|(_, t)| t).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_starts_no_more_units_and_lets_running_ones_finish() {
+        let start = Instant::now();
+        let stop = CancellationToken::new();
+        let offsets = [0, 100, 200, 300, 400].map(Duration::from_millis);
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            stopper.cancel();
+        });
+        // Each unit takes 1 s: the three started before the stop all finish.
+        let done = spread(&offsets, start, &stop, |i| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            i
+        })
+        .await;
+        assert_eq!(done, vec![0, 1, 2]);
+        assert_eq!(start.elapsed(), Duration::from_millis(1200));
     }
 
     #[tokio::test(start_paused = true)]

@@ -84,6 +84,7 @@ pub fn env_for(kind: Kind, obj: &Value) -> Env {
     };
     Env {
         node_name: node.unwrap_or("").to_string(),
+        include_dir: None,
     }
 }
 

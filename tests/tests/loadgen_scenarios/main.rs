@@ -8,6 +8,11 @@
 //! - measurements count exactly the steps between their start and gather;
 //! - every shipped example scenario runs at reduced scale (its `CI scale` parameters) and
 //!   produces SLO verdicts, per-step results and a clean cluster.
+//! - a ClusterLoader2-shaped config (`cl2/`: CL2's helpers, an overrides file, object
+//!   templates) renders, runs at its tuning sets' rates and writes perfdash-named PerfData;
+//!   what loadgen does not implement is refused by name;
+//! - SIGTERM mid-scenario drains the load phase, cleans up, writes results marked
+//!   interrupted and exits 143.
 //!
 //! Each test starts its own simulator, so the tests run in parallel.
 
@@ -439,5 +444,7 @@ fn measurements_count_the_steps_between_start_and_gather() -> anyhow::Result<()>
     Ok(())
 }
 
+mod cl2;
 mod etcd;
 mod examples;
+mod signals;

@@ -1,4 +1,4 @@
-//! Ctrl-C stops a run early and still writes the results.
+//! Ctrl-C stops a run early, drains it and still writes the results.
 
 use super::*;
 
@@ -44,7 +44,13 @@ fn ctrl_c_still_writes_the_results() -> anyhow::Result<()> {
     let pid = run.pid().to_string();
     let kill = Command::new("kill").args(["-INT", &pid]).status()?;
     anyhow::ensure!(kill.success(), "kill -INT {pid}: {kill}");
-    let finished = run.wait(Duration::from_secs(60))?.ok()?;
+    let finished = run.wait(Duration::from_secs(60))?;
+    anyhow::ensure!(
+        finished.status.code() == Some(130),
+        "exit status after SIGINT: {} (want 130); stderr: {}",
+        finished.status,
+        finished.stderr
+    );
     anyhow::ensure!(
         started.elapsed() < Duration::from_secs(120),
         "loadgen ran {:?} of its 10 minutes",

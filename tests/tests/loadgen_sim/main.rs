@@ -9,7 +9,10 @@
 //! - the simulator's own max-in-flight 429s (plain text, `Retry-After: 1`) counted, then
 //!   retried with `--honor-retry-after` (as a non-admin user: `system:masters` is never
 //!   refused, which is checked too);
-//! - Ctrl-C (SIGINT) still writes the results;
+//! - Ctrl-C (SIGINT) and SIGTERM still write the results (drained, marked interrupted) and
+//!   exit 128 + the signal;
+//! - in a pod (`KUBERNETES_SERVICE_HOST`, the service-account files): the token file is
+//!   re-read as it rotates; exit codes of usage and bad-input errors;
 //! - `loadgen nodes`: heartbeats, leases, daemons, `--bind`, relists after 410, presets.
 //!
 //! Each test starts its own simulator, so the tests run in parallel.
@@ -28,6 +31,7 @@ use tempfile::TempDir;
 use tests::{eventually, fresh_workspace_binary, whoami, Kubectl, SimProcess};
 
 /// How long a loadgen command may take beyond its `--duration` before it is killed.
+mod incluster;
 mod interrupt;
 mod nodes;
 mod operations;
@@ -79,6 +83,11 @@ impl Finished {
 
 impl Loadgen {
     fn spawn(args: &[&str]) -> anyhow::Result<Loadgen> {
+        Loadgen::spawn_env(args, &[])
+    }
+
+    /// Like [`Loadgen::spawn`], with `env` set for the child.
+    fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Loadgen> {
         let dir = tempfile::Builder::new()
             .prefix("tollgate-e2e-loadgen-")
             .tempdir()?;
@@ -86,7 +95,11 @@ impl Loadgen {
         let child = Command::new(loadgen_binary())
             .args(args)
             .env_remove("KUBECONFIG")
+            // Only the in-cluster tests run loadgen as if in a pod, even when the tests do.
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(File::create(dir.path().join("stdout"))?)
             .stderr(File::create(dir.path().join("stderr"))?)

@@ -14,12 +14,65 @@ use super::template::{Context, Template};
 use super::tuning::TuningSet;
 use super::ScenarioError;
 
+mod cl2;
 mod flags;
 mod model;
 mod objects;
 mod sets;
 
+pub use cl2::{looks_like_cl2, SUPPORTED_KINDS};
 pub use model::*;
+
+/// Which template language a scenario's files are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// loadgen's own scenario files (`{{N}}`, `{{RAND%3}}`, `{{.Param}}`).
+    Loadgen,
+    /// ClusterLoader2 configs: Go templates with CL2's helpers.
+    Cl2,
+}
+
+/// How to read a scenario file (`loadgen run`'s flags).
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// `--param K=V`: the file's params (loadgen) or template values (CL2).
+    pub params: Vec<(String, String)>,
+    /// `--testoverrides FILE`: CL2's overrides (YAML `key: value`), merged in order.
+    pub overrides: Vec<PathBuf>,
+    /// `None`: CL2 if overrides are given or the file looks like a CL2 config.
+    pub dialect: Option<Dialect>,
+    /// CL2's `.Nodes` when neither the overrides nor `--param` give it: the
+    /// cluster's schedulable nodes ([`crate::scenario::cluster_size`]).
+    pub nodes: Option<u64>,
+}
+
+/// The format `opts` ask for, or the one `text` is written in.
+pub fn dialect_of(text: &str, opts: &LoadOptions) -> Dialect {
+    opts.dialect
+        .unwrap_or(if !opts.overrides.is_empty() || looks_like_cl2(text) {
+            Dialect::Cl2
+        } else {
+            Dialect::Loadgen
+        })
+}
+
+/// Reads, parses and checks `path` as `opts` say (loadgen's format or CL2's).
+pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<Scenario, ScenarioError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    let dialect = dialect_of(&text, opts);
+    match dialect {
+        Dialect::Loadgen if !opts.overrides.is_empty() => Err(invalid(
+            path,
+            "(flags)",
+            "--testoverrides is for ClusterLoader2 configs; use --param with loadgen's format",
+        )),
+        Dialect::Loadgen => load(path, &opts.params),
+        Dialect::Cl2 => cl2::load(path, &text, opts),
+    }
+}
 
 /// Reads, parses and checks `path`; `overrides` (`--param K=V`) replace the file's params.
 pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<Scenario, ScenarioError> {
@@ -52,6 +105,7 @@ pub fn load(path: &Path, overrides: &[(String, String)]) -> Result<Scenario, Sce
     Checker {
         file: path,
         dir: path.parent().unwrap_or(Path::new(".")),
+        dialect: Dialect::Loadgen,
     }
     .check(parsed)
 }
@@ -117,6 +171,7 @@ pub fn plural(kind: &str) -> String {
 struct Checker<'a> {
     file: &'a Path,
     dir: &'a Path,
+    dialect: Dialect,
 }
 
 /// One replicated set across steps: (namespace or "", basename).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::ops::Resource;
-use crate::scenario::template::Template;
+use crate::scenario::template::ObjectTemplate;
 use crate::scenario::tuning::TuningSet;
 
 /// A checked scenario, ready to run.
@@ -63,7 +63,7 @@ pub struct ObjectPhase {
 pub struct ObjectSet {
     pub basename: String,
     pub template_path: PathBuf,
-    pub template: Template,
+    pub template: ObjectTemplate,
     pub resource: Resource,
     pub api_version: String,
     pub kind: String,
@@ -86,6 +86,9 @@ pub enum Action {
 #[derive(Debug, Clone)]
 pub struct MeasurementAction {
     pub method: Method,
+    /// The method as the file spells it (CL2's `APIResponsivenessPrometheus`):
+    /// the perfdash file name starts with it.
+    pub method_as_written: String,
     pub identifier: String,
     pub action: Action,
     pub resource: Resource,

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::{is_dns_label, plural, Checker, ObjectPhase, ObjectSet, SetKey};
+use super::{is_dns_label, plural, Checker, Dialect, ObjectPhase, ObjectSet, SetKey};
 use crate::ops::Resource;
 use crate::scenario::file::{self, PhaseFile};
-use crate::scenario::template::{Context, Template};
+use crate::scenario::template::{Context, ObjectTemplate, Template};
 use crate::scenario::tuning::TuningSet;
 use crate::scenario::ScenarioError;
 
@@ -101,19 +101,43 @@ impl Checker<'_> {
         let file = self.dir.join(&o.object_template_path);
         let text = std::fs::read_to_string(&file)
             .map_err(|e| self.err(&tpath, format!("{}: {e}", file.display())))?;
-        let template = Template::parse(&text, params)
-            .map_err(|e| self.err(&tpath, format!("{}: {e}", file.display())))?;
+        let template = match self.dialect {
+            Dialect::Loadgen => ObjectTemplate::Loadgen(
+                Template::parse(&text, params)
+                    .map_err(|e| self.err(&tpath, format!("{}: {e}", file.display())))?,
+            ),
+            Dialect::Cl2 => ObjectTemplate::Go {
+                template: crate::stages::template::Template::parse(&text)
+                    .map_err(|e| self.err(&tpath, format!("{}: {e}", file.display())))?,
+                fill: o.template_fill_map.clone().unwrap_or_default(),
+                basename: o.basename.clone(),
+                dir: self.dir.to_path_buf(),
+            },
+        };
+        if self.dialect == Dialect::Loadgen && o.template_fill_map.is_some() {
+            return Err(self.err(
+                &format!("{path}.templateFillMap"),
+                "templateFillMap is for ClusterLoader2 configs; loadgen's templates read `params`",
+            ));
+        }
         let name = format!("{}-0", o.basename);
         let sample_ns = ns.and_then(|n| n.first()).map(String::as_str).unwrap_or("");
-        let sample = template.render(
-            &Context {
-                name: &name,
-                namespace: sample_ns,
-                n: 0,
-                params,
-            },
-            &mut rand::rng(),
-        );
+        let sample = template
+            .render(
+                &Context {
+                    name: &name,
+                    namespace: sample_ns,
+                    n: 0,
+                    params,
+                },
+                &mut rand::rng(),
+            )
+            .map_err(|e| {
+                self.err(
+                    &tpath,
+                    format!("{} (rendered for {name}): {e}", file.display()),
+                )
+            })?;
         let obj: Value = serde_saphyr::from_str(&sample).map_err(|e| {
             self.err(
                 &tpath,
@@ -142,6 +166,12 @@ impl Checker<'_> {
             .unwrap_or_default();
         if api_version.is_empty() || kind.is_empty() {
             return Err(self.err(path, format!("the object's type is unknown: give objectType {{apiVersion, kind}} or write apiVersion and kind in {}", file.display())));
+        }
+        // A CL2 config cannot name a kind's URL (no objectType): only kinds
+        // whose plural and scope loadgen knows are accepted.
+        if self.dialect == Dialect::Cl2 && o.object_type.is_none() {
+            super::cl2::check_kind(&kind)
+                .map_err(|reason| self.err(&tpath, format!("{}: {reason}", file.display())))?;
         }
         let plural = ty.resource.clone().unwrap_or_else(|| plural(&kind));
         let resource: Resource = format!("{api_version}/{plural}")

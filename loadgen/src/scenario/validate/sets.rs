@@ -135,6 +135,7 @@ impl Checker<'_> {
         };
         Ok(MeasurementAction {
             method,
+            method_as_written: m.method.clone(),
             identifier: m.identifier.clone().unwrap_or_default(),
             action,
             resource,

@@ -1,7 +1,8 @@
 //! The template functions: Go's builtins, the sprig ones kwok's Stages use
 //! (`dict`, `list`, `default`, `hasKey`), and kwok's own helpers (`Now`,
 //! `Quote`, `YAML`, `Version`, `NodeConditions`, `NodeIP`, `NodeName`,
-//! `NodePort`, `NodeIPWith`, `NodeIPsWith`, `PodIPWith`, `PodIPsWith`).
+//! `NodePort`, `NodeIPWith`, `NodeIPsWith`, `PodIPWith`, `PodIPsWith`), and
+//! ClusterLoader2's helpers (see [`super::cl2`]).
 //!
 //! kwok's node helpers answer with the controller's configured node; here a
 //! node's IP is derived from its name (stable, distinct per node) and
@@ -19,6 +20,8 @@ use super::value::{print, truthy};
 pub struct Env {
     /// The node: a Node's own name, a Pod's `spec.nodeName`.
     pub node_name: String,
+    /// Where CL2's `IncludeFile`/`IncludeEmbedFile` read relative paths (the config's directory).
+    pub include_dir: Option<std::path::PathBuf>,
 }
 
 pub type Func = fn(&Env, Vec<Value>) -> Result<Value, String>;
@@ -73,7 +76,7 @@ pub fn all() -> &'static Funcs {
             ("PodIPWith", |_, a| Ok(Value::String(pod_ip(&a)))),
             ("PodIPsWith", |_, a| Ok(json!([pod_ip(&a)]))),
         ];
-        list.iter().copied().collect()
+        list.iter().chain(super::cl2::all()).copied().collect()
     })
 }
 

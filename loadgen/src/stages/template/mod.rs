@@ -1,12 +1,15 @@
-//! A Go `text/template` subset, enough for kwok's Stage templates: gtmpl 0.7
+//! A Go `text/template` subset, enough for kwok's Stage templates and
+//! ClusterLoader2's configs: gtmpl 0.7
 //! cannot assign variables (`{{ $x = … }}`, which kwok's `node-initialize`
 //! uses), so this is our own. See `loadgen/STAGES.md` for what is supported.
 //!
 //! - [`parse`]: source → tree; unknown functions are refused here.
 //! - [`exec`]: tree + JSON value → text.
 //! - [`funcs`]: the builtins, sprig's few, kwok's helpers.
+//! - [`cl2`]: ClusterLoader2's helpers, for CL2 configs and object templates.
 //! - [`value`]: a value's truth and printed form, as Go's templates see them.
 
+pub mod cl2;
 pub mod exec;
 pub mod funcs;
 pub mod parse;
