@@ -14,6 +14,7 @@
 mod chain;
 pub mod exec;
 pub mod kubeconfig;
+pub mod process;
 pub mod promtext;
 
 pub use chain::error_chain;
