@@ -25,7 +25,7 @@ pub struct LogFlags {
     #[arg(long, value_enum, value_name = "FORMAT", global = true)]
     pub log_format: Option<LogFormat>,
     /// Least severe level logged: error, warn, info, debug, trace, or a klog-style number as kube components take with -v (0-3 info, 4 debug, 5 and more trace); RUST_LOG, when set, wins [default: info]
-    #[arg(short = 'v', long, value_name = "LEVEL", value_parser = parse_level, global = true)]
+    #[arg(short = 'v', long, alias = "v", value_name = "LEVEL", value_parser = parse_level, global = true)]
     pub log_level: Option<LevelFilter>,
 }
 
