@@ -7,7 +7,6 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
