@@ -17,6 +17,7 @@ mod chain;
 pub mod exec;
 pub mod incluster;
 pub mod kubeconfig;
+pub mod process;
 pub mod promtext;
 
 pub use chain::error_chain;

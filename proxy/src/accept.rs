@@ -31,6 +31,7 @@ use crate::handle::handle;
 use crate::identity::{bearer_token, PeerCertificate};
 use crate::listener::{serve_until, Accepted, ActiveBody, Activity, ConnResult, Listener, Until};
 use crate::status::status_response;
+use crate::tls::serving::ServingCerts;
 use crate::tls::ClientCertAuthority;
 
 /// hyper's bound on what an HTTP/1.1 connection queues toward a client that reads slower than
@@ -45,15 +46,15 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accept connections until `stop`; each is served in the gateway's task tracker.
+/// Accept connections until `stop`; each is served in the gateway's task tracker. With
+/// `tls`, each connection is served with the certificates current when it is accepted (they
+/// are reloaded when their files change), and keeps them for its life.
 pub async fn accept_loop(
     gateway: Gateway,
     listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<Arc<ServingCerts>>,
     stop: CancellationToken,
 ) {
-    let acceptor = tls.map(TlsAcceptor::from);
-    let authority = client_cert_authority(&gateway);
     let sequence = AtomicU64::new(0);
     let mut listener = Listener::new(listener, "client", gateway.metrics());
     let cap = || gateway.config().max_connections;
@@ -61,18 +62,18 @@ pub async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let n = sequence.fetch_add(1, Ordering::Relaxed);
         let g = gateway.clone();
-        let acceptor = acceptor.clone();
-        let authority = authority.clone();
+        let served = tls.as_ref().map(|t| t.current());
         let stop = stop.clone();
         gateway.tasks().spawn(async move {
             let _slot = slot;
-            match acceptor {
+            match served {
                 None => serve_connection(g, tcp, PeerIdentity::None, remote, stop, n).await,
-                Some(acceptor) => {
+                Some(served) => {
+                    let acceptor = TlsAcceptor::from(served.config.clone());
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
                             let chain = stream.get_ref().1.peer_certificates().unwrap_or(&[]);
-                            let peer = PeerIdentity::of(chain, authority.as_ref());
+                            let peer = PeerIdentity::of(chain, served.clients.as_ref());
                             if matches!(peer, PeerIdentity::Unverified) {
                                 tracing::debug!(%remote, "client certificate not signed by the client CA");
                             }
@@ -84,21 +85,6 @@ pub async fn accept_loop(
                 }
             }
         });
-    }
-}
-
-/// The client CA that checks certificates after the handshake (the same file
-/// the serving configuration was built from; TLS settings are not reloaded).
-fn client_cert_authority(gateway: &Gateway) -> Option<Arc<ClientCertAuthority>> {
-    let path = gateway.config().tls.client_ca_file.clone()?;
-    match ClientCertAuthority::load(&path) {
-        Ok(a) => Some(Arc::new(a)),
-        Err(e) => {
-            // It loaded a moment ago for the handshake; if it no longer does, no
-            // certificate is an identity (fail closed: 401 unless a token is sent).
-            tracing::error!(error = %e, "client CA unreadable: client certificates will be refused");
-            None
-        }
     }
 }
 
@@ -120,9 +106,10 @@ enum PeerIdentity {
 }
 
 impl PeerIdentity {
+    /// `ca`: the client CA of the configuration the handshake was made with.
     fn of(
         chain: &[rustls::pki_types::CertificateDer<'_>],
-        ca: Option<&Arc<ClientCertAuthority>>,
+        ca: Option<&ClientCertAuthority>,
     ) -> Self {
         let Some(leaf) = chain.first() else {
             return PeerIdentity::None;

@@ -13,7 +13,8 @@
 //! endpoints stay open: kubelet and load-balancer probes send no certificate.
 //! As on the client listener, the handshake accepts any certificate and the
 //! chain is checked afterwards ([`crate::tls::ClientCertAuthority`]), so a
-//! probe without one is still served.
+//! probe without one is still served. Its certificate files are reloaded
+//! when they change, as the client listener's ([`crate::tls::serving`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -31,36 +32,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::accept::CLOSE_GRACE;
-use crate::config::ServingTls;
 use crate::gateway::Gateway;
 use crate::listener::{serve_until, Accepted, ActiveBody, Activity, Listener, Until};
 use crate::status::full;
-use crate::tls::{self, ClientCertAuthority, TlsError};
 use crate::Body;
-
-// === impl AdminTlsAcceptor ===
-
-/// The admin listener's TLS: the acceptor, and the client CA if `/metrics`
-/// and `/debug/*` require certificates.
-pub struct AdminTlsAcceptor {
-    acceptor: TlsAcceptor,
-    clients: Option<ClientCertAuthority>,
-}
-
-impl AdminTlsAcceptor {
-    /// Load `admin.tls`'s files; `None` without a serving certificate (plain HTTP).
-    pub fn load(settings: &ServingTls) -> Result<Option<AdminTlsAcceptor>, TlsError> {
-        let (Some(cert), Some(key)) = (&settings.cert_file, &settings.key_file) else {
-            return Ok(None);
-        };
-        let ca = settings.client_ca_file.as_deref();
-        let config = tls::server_config(tls::load_identity(cert, key)?, ca)?;
-        Ok(Some(AdminTlsAcceptor {
-            acceptor: TlsAcceptor::from(Arc::new(config)),
-            clients: ca.map(ClientCertAuthority::load).transpose()?,
-        }))
-    }
-}
 
 /// Who may read what on one admin connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,12 +60,13 @@ pub async fn serve(gateway: Gateway, listener: TcpListener, stop: CancellationTo
         let stop = stop.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let Some(tls) = g.admin_tls().cloned() else {
+            let Some(tls) = g.admin_tls().map(|t| t.current()) else {
                 return serve_connection(g, tcp, Access::Open, stop).await;
             };
             // A handshake is bounded like the request headers that follow it.
             let limit = Duration::from_secs_f64(g.config().admin.header_read_seconds);
-            match tokio::time::timeout(limit, tls.acceptor.accept(tcp)).await {
+            let acceptor = TlsAcceptor::from(tls.config.clone());
+            match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => {
                     let chain = stream.get_ref().1.peer_certificates().unwrap_or(&[]);
                     let access = match &tls.clients {

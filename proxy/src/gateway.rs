@@ -13,7 +13,6 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::AdminTlsAcceptor;
 use crate::admit::Admission;
 use crate::config::{self, Config};
 use crate::enforce::lane::Lane;
@@ -21,8 +20,9 @@ use crate::forward::{Tunnels, UpstreamPool};
 use crate::metrics::{CauseLabel, LaneLabel, Metrics, ResultLabel, UnitLabel, UpstreamLabel};
 use crate::observe::Observer;
 use crate::predict::{PatternStore, PatternView};
+use crate::tls::serving::ServingCerts;
 use crate::tokenreview::TokenReviews;
-use crate::{tls, Error};
+use crate::Error;
 
 /// tollgate, ready to serve. Cheap to clone.
 #[derive(Clone)]
@@ -36,8 +36,8 @@ struct Inner {
     patterns: Arc<PatternStore>,
     metrics: Arc<Metrics>,
     registry: Registry,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    admin_tls: Option<Arc<AdminTlsAcceptor>>,
+    tls: Option<Arc<ServingCerts>>,
+    admin_tls: Option<Arc<ServingCerts>>,
     draining: AtomicBool,
     /// Connections and tunnels, waited for by the drain; tunnels close at
     /// its hard stop.
@@ -67,17 +67,8 @@ impl Gateway {
     pub fn new(config: Config) -> Result<Gateway, Error> {
         config.validate()?;
         crate::install_crypto_provider();
-        let tls = match (&config.tls.cert_file, &config.tls.key_file) {
-            (Some(cert), Some(key)) => {
-                let id = tls::load_identity(cert, key)?;
-                Some(Arc::new(tls::server_config(
-                    id,
-                    config.tls.client_ca_file.as_deref(),
-                )?))
-            }
-            _ => None,
-        };
-        let admin_tls = AdminTlsAcceptor::load(&config.admin.tls)?.map(Arc::new);
+        let tls = ServingCerts::load("client", &config.tls)?.map(Arc::new);
+        let admin_tls = ServingCerts::load("admin", &config.admin.tls)?.map(Arc::new);
         warn_if_admin_exposed(&config);
         let pool = Arc::new(UpstreamPool::new(&config)?);
         if config.tls.client_ca_file.is_some() && !pool.has_front_proxy() {
@@ -162,13 +153,13 @@ impl Gateway {
         self.inner.reviews.as_ref()
     }
 
-    /// The serving TLS configuration, if clients connect over TLS.
-    pub fn tls(&self) -> Option<&Arc<rustls::ServerConfig>> {
+    /// The client listener's serving certificates, if clients connect over TLS.
+    pub fn tls(&self) -> Option<&Arc<ServingCerts>> {
         self.inner.tls.as_ref()
     }
 
-    /// The admin listener's TLS, if it serves TLS.
-    pub fn admin_tls(&self) -> Option<&Arc<AdminTlsAcceptor>> {
+    /// The admin listener's serving certificates, if it serves TLS.
+    pub fn admin_tls(&self) -> Option<&Arc<ServingCerts>> {
         self.inner.admin_tls.as_ref()
     }
 
@@ -295,20 +286,23 @@ impl Gateway {
     /// Apply a new configuration. Mode, lanes, quota, guard, pattern and
     /// timeout settings take effect at once, and the quota pool keeps its
     /// level and debt (admission reads the running configuration on every
-    /// decision); listeners, TLS and upstreams need a restart (logged).
+    /// decision); listeners, upstreams and the paths of the TLS files need a
+    /// restart (logged; the files' content is reloaded when it changes:
+    /// [`crate::tls::serving`]).
     pub fn reload(&self, new: Config) -> Result<(), Error> {
         let result = new.validate();
         self.count_reload(if result.is_ok() { "ok" } else { "error" });
         result?;
         let old = self.config();
         if old.listen != new.listen
-            || old.tls.cert_file != new.tls.cert_file
+            || old.tls != new.tls
             || old.admin_listen != new.admin_listen
-            || old.admin.tls.cert_file != new.admin.tls.cert_file
-            || old.admin.tls.client_ca_file != new.admin.tls.client_ca_file
+            || old.admin.tls != new.admin.tls
             || old.upstream.urls != new.upstream.urls
         {
-            tracing::warn!("listen, TLS and upstream changes take effect at the next restart");
+            tracing::warn!(
+                "listen, TLS file paths and upstream changes take effect at the next restart"
+            );
         }
         self.inner
             .patterns

@@ -32,7 +32,9 @@
 //!   flight, unlearned patterns, the latency signal, the adaptive
 //!   controller); [`predict`] and [`decay`]: the pure pattern cache.
 //! - [`config`], [`tls`]: settings and certificates (a kubeconfig is read by
-//!   the shared `kubeio` crate).
+//!   the shared `kubeio` crate); the listeners' certificate files are
+//!   reloaded when they change ([`tls::serving`]).
+//! - [`logging`]: the binary's `--log-format` and `--log-level`.
 //! - [`listener`]: what both listeners share (accept backoff, connection
 //!   caps, idle connections).
 //! - [`metrics`]: every metric; [`admin`]: the admin listener (`/metrics`,
@@ -56,6 +58,7 @@ pub mod gateway;
 pub mod handle;
 pub mod identity;
 pub mod listener;
+pub mod logging;
 pub mod metrics;
 pub mod observe;
 pub mod pattern;

@@ -6,16 +6,28 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
+use tollgate::logging::LogFlags;
+use tollgate::tls::serving::FILE_POLL;
 use tollgate::{Config, Flags, Gateway};
+
+/// `--version`: the crate version and the git commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("TOLLGATE_REVISION"),
+    ")"
+);
 
 /// A streaming reverse proxy for kube-apiserver that learns what heavy LISTs cost and admits them against a byte quota.
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version)]
+#[command(name = "tollgate", version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
     flags: Flags,
+    #[command(flatten)]
+    log: LogFlags,
 }
 
 #[derive(Debug, Subcommand)]
@@ -35,9 +47,6 @@ enum Command {
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// How often the configuration file is checked for changes.
-const FILE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// When the configuration file was last modified, if there is one.
 fn modified(flags: &Flags) -> Option<std::time::SystemTime> {
     let path = flags.config.as_ref()?;
@@ -48,14 +57,8 @@ fn modified(flags: &Flags) -> Option<std::time::SystemTime> {
 const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    tollgate::logging::init(&cli.log);
     match cli.command {
         Some(Command::CheckConfig { flags }) => match check(&flags) {
             Ok(summary) => {

@@ -1,6 +1,6 @@
 //! Serving and draining: start the background loops (health checks, the
 //! metrics scrape, the heavy lane's dispatcher, the budget's controller, the container count,
-//! the identity headers' refresh) with the narrow handles each needs, the admin listener, and
+//! the identity headers' refresh, the certificate files' reload) with the narrow handles each needs, the admin listener, and
 //! the client listener ([`crate::accept`]); at `shutdown`, stop accepting, close the
 //! connections spread over the drain window, and wait for them up to a
 //! deadline.
@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::scrape::Scraper;
+use crate::tls::serving;
 use crate::{accept, admin, containers, requestheader};
 
 /// Serve clients on `listener` and the admin endpoints on `admin` until
@@ -83,6 +84,14 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         gateway.current_config().clone(),
         pool.clone(),
         gateway.admission().clone(),
+        stop.clone(),
+    ));
+    // Stopped with the client listener: the admin listener keeps the certificate it has
+    // for the rest of the drain.
+    let certs = [gateway.tls(), gateway.admin_tls()];
+    tokio::spawn(serving::reload_loop(
+        certs.into_iter().flatten().cloned().collect(),
+        gateway.metrics().clone(),
         stop.clone(),
     ));
 }

@@ -21,6 +21,12 @@ pub enum ErrorSource {
 }
 
 impl ErrorSource {
+    pub const ALL: [ErrorSource; 3] = [
+        ErrorSource::Downstream,
+        ErrorSource::Upstream,
+        ErrorSource::Internal,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorSource::Downstream => "downstream",

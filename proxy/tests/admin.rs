@@ -97,10 +97,23 @@ async fn patterns_name_the_heavy_lists_with_their_learned_bytes() {
     ] {
         assert!(metrics.contains(name), "{name} missing");
     }
-    assert!(metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .all(|l| l.starts_with("tollgate_") || l.is_empty()));
+    // tollgate's own names, and the process collector's under client_golang's names.
+    let process = [
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_max_fds ",
+        "process_start_time_seconds ",
+    ];
+    for l in metrics.lines().filter(|l| !l.starts_with('#')) {
+        assert!(
+            l.starts_with("tollgate_") || process.iter().any(|p| l.starts_with(p)) || l.is_empty(),
+            "{l}"
+        );
+    }
+    for p in process {
+        assert!(metrics.lines().any(|l| l.starts_with(p)), "{p}missing");
+    }
     assert_eq!(
         get_text(&client, &tg.admin_url("/healthz")).await.0,
         StatusCode::OK

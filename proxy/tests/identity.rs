@@ -35,7 +35,7 @@ async fn setup_with(
     let front_ca = pki.write("front-ca.crt", &pki.front_ca.pem);
     let up_tls = tollgate::tls::server_config(
         tollgate::tls::load_identity(&up_cert, &up_key).unwrap(),
-        Some(&front_ca),
+        Some(&tollgate::tls::ClientCertAuthority::load(&front_ca).unwrap()),
     )
     .unwrap();
     let up = Upstream::start_with(Some(Arc::new(up_tls)), max_streams).await;

@@ -27,7 +27,7 @@ async fn setup() -> Setup {
     let front_ca = pki.write("front-ca.crt", &pki.front_ca.pem);
     let up_tls = tollgate::tls::server_config(
         tollgate::tls::load_identity(&up_cert, &up_key).unwrap(),
-        Some(&front_ca),
+        Some(&tollgate::tls::ClientCertAuthority::load(&front_ca).unwrap()),
     )
     .unwrap();
     let up = Upstream::start(Some(Arc::new(up_tls))).await;

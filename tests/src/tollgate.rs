@@ -34,11 +34,13 @@ pub struct TollgateOptions {
     pub upstream_url: String,
     /// `--upstream-ca`: the CA of the upstream's serving certificate (for `https://`).
     pub upstream_ca_pem: Option<String>,
-    /// Serve clients over TLS (`--tls-cert`/`--tls-key`) with a serving certificate for
-    /// `127.0.0.1` and `localhost` from a CA generated for this process
-    /// ([`TollgateProcess::serving_ca_pem`]).
+    /// Serve clients over TLS (`--tls-cert-file`/`--tls-private-key-file`) with a serving
+    /// certificate for `127.0.0.1` and `localhost` from a CA generated for this process
+    /// ([`TollgateProcess::serving_ca_pem`]), written to [`TollgateProcess::pki_file`]
+    /// `serving.crt` and `serving.key`.
     pub tls: bool,
-    /// `--client-ca`: verify client certificates against this CA (needs `tls`).
+    /// `--client-ca-file`: verify client certificates against this CA (needs `tls`), written
+    /// to [`TollgateProcess::pki_file`] `client-ca.crt`.
     pub client_ca_pem: Option<String>,
     /// `--front-proxy-cert`/`--front-proxy-key`: presented to the upstream.
     pub front_proxy: Option<CertKeyPem>,
@@ -124,6 +126,12 @@ impl TollgateProcess {
         self.dir.path()
     }
 
+    /// The path of `name` in tollgate's certificate dir (the files of [`TollgateOptions`]):
+    /// rewrite one to rotate it under the running tollgate.
+    pub fn pki_file(&self, name: &str) -> PathBuf {
+        self.dir.path().join("pki").join(name)
+    }
+
     /// Writes a kubeconfig for tollgate's client URL with `user`'s credentials (trusting
     /// tollgate's serving CA) into `DIR/users/NAME/` and returns kubectl bound to it.
     pub fn kubectl_as(&self, name: &str, user: &KubeUser) -> anyhow::Result<Kubectl> {
@@ -201,12 +209,12 @@ fn flags(options: &TollgateOptions, pki: &Path) -> anyhow::Result<(Vec<String>, 
         let ca = CertAuthority::generate("tollgate-e2e-serving-ca")?;
         let serving = ca.issue_server(&["127.0.0.1", "localhost"])?;
         let (cert, key) = serving.write_to_dir(pki, "serving")?;
-        args.extend(path_arg("--tls-cert", &cert));
-        args.extend(path_arg("--tls-key", &key));
+        args.extend(path_arg("--tls-cert-file", &cert));
+        args.extend(path_arg("--tls-private-key-file", &key));
         serving_ca_pem = Some(ca.cert_pem().to_string());
     }
     if let Some(ca) = &options.client_ca_pem {
-        args.extend(path_arg("--client-ca", &write("client-ca.crt", ca)?));
+        args.extend(path_arg("--client-ca-file", &write("client-ca.crt", ca)?));
     }
     if let Some(fp) = &options.front_proxy {
         let (cert, key) = fp.write_to_dir(pki, "front-proxy-client")?;

@@ -2,7 +2,8 @@
 //! serves it with `--admin-tls-cert`, `--admin-tls-key` and `--admin-client-ca` and curl
 //! sees it: `/metrics` and `/debug/patterns` answer 401 without a certificate, 401 with one
 //! from another CA, 200 with one the admin CA signed; `/healthz` and `/readyz` answer
-//! everyone (probes send no certificate); plain HTTP gets no HTTP answer.
+//! everyone (probes send no certificate); plain HTTP gets no HTTP answer. The client CA file
+//! rewritten with another CA is picked up without a restart.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -129,6 +130,24 @@ fn the_admin_listener_over_tls_wants_a_certificate_its_ca_signed() -> anyhow::Re
     anyhow::ensure!(
         plain.is_none(),
         "plain HTTP to the TLS admin listener answered {plain:?}"
+    );
+
+    // The admin client CA rotated in its file: the next CA's scraper is let in without a
+    // restart, the old one's no longer.
+    let next_ca = CertAuthority::generate("tollgate-admin-ca-2")?;
+    let next = next_ca
+        .issue_client("prometheus", &[])?
+        .write_to_dir(dir.path(), "prometheus-2")?;
+    std::fs::write(&admin_ca_file, next_ca.cert_pem())?;
+    eventually(
+        TOLLGATE_START_TIMEOUT,
+        "the rotated admin CA's certificate let in",
+        || Ok((curl(&url("/metrics"), &serving_ca_file, Some(&next))? == Some(200)).then_some(())),
+    )?;
+    let code = curl(&url("/metrics"), &serving_ca_file, Some(&prometheus))?;
+    anyhow::ensure!(
+        code == Some(401),
+        "the old admin CA's certificate after the rotation: {code:?}"
     );
     Ok(())
 }

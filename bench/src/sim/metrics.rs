@@ -2,15 +2,14 @@
 //! so anything that scrapes a real apiserver (tollgate, loadgen, Prometheus
 //! rules) reads the simulator the same way.
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use kubeio::process::ProcessCollector;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Arc;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -96,13 +95,7 @@ impl SimMetrics {
             list_returned: Family::default(),
             list_evaluated: Family::default(),
             longrunning: Family::default(),
-            process_start: Arc::new(AtomicU64::new(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or_default()
-                    .to_bits(),
-            )),
+            process_start: Arc::new(AtomicU64::new(kubeio::process::start_time().to_bits())),
         };
         // kube-apiserver's watch cache starts with one LIST of each cached resource from etcd,
         // so every resource has an `apiserver_storage_list_total` series from the start; a
@@ -160,9 +153,9 @@ impl SimMetrics {
             "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component.",
             m.longrunning.clone(),
         );
-        registry.register_collector(Box::new(ProcessCollector {
-            start_time: m.process_start.clone(),
-        }));
+        registry.register_collector(Box::new(ProcessCollector::with_start_time(
+            m.process_start.clone(),
+        )));
         for kind in ["readOnly", "mutating"] {
             m.inflight
                 .get_or_create(&KindLabels {
@@ -171,62 +164,5 @@ impl SimMetrics {
                 .set(0);
         }
         m
-    }
-}
-
-/// `process_*` metrics read from /proc at scrape time, as client_golang's process collector does.
-#[derive(Debug)]
-struct ProcessCollector {
-    /// f64 bits, shared with the cost model (a modeled restart moves it).
-    start_time: Arc<AtomicU64>,
-}
-
-/// CPU seconds (user + system) and resident bytes of this process.
-pub fn process_usage() -> (f64, f64) {
-    let ticks = 100.0; // USER_HZ on Linux
-    let page = 4096.0;
-    let cpu = std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            // Fields after the command name (which may hold spaces) start after ')'.
-            let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
-            let utime: f64 = rest.get(11)?.parse().ok()?;
-            let stime: f64 = rest.get(12)?.parse().ok()?;
-            Some((utime + stime) / ticks)
-        })
-        .unwrap_or_default();
-    let rss = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map(|p| p * page)
-        .unwrap_or_default();
-    (cpu, rss)
-}
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let (cpu, rss) = process_usage();
-        let c = ConstCounter::new(cpu);
-        c.encode(encoder.encode_descriptor(
-            "process_cpu_seconds",
-            "Total user and system CPU time spent in seconds.",
-            None,
-            MetricType::Counter,
-        )?)?;
-        let g = ConstGauge::new(rss);
-        g.encode(encoder.encode_descriptor(
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
-            None,
-            MetricType::Gauge,
-        )?)?;
-        let s = ConstGauge::new(f64::from_bits(self.start_time.load(Ordering::Relaxed)));
-        s.encode(encoder.encode_descriptor(
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
-            None,
-            MetricType::Gauge,
-        )?)?;
-        Ok(())
     }
 }

@@ -24,15 +24,15 @@ pub struct Flags {
     /// CA bundle (PEM) verifying the apiservers' serving certificates [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_ca: Option<PathBuf>,
-    /// Serving certificate (PEM); with --tls-key turns on TLS toward clients [default: none, plain HTTP]
-    #[arg(long, value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// Serving private key (PEM) [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// CA (PEM) verifying client certificates [default: none, certificates not requested]
-    #[arg(long, value_name = "FILE")]
-    pub client_ca: Option<PathBuf>,
+    /// Serving certificate (PEM), as kube-apiserver's flag; with --tls-private-key-file turns on TLS toward clients; re-read when the file changes (tls.certFile) [default: none, plain HTTP]
+    #[arg(long, alias = "tls-cert", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving private key (PEM), as kube-apiserver's flag; re-read when the file changes (tls.keyFile) [default: none]
+    #[arg(long, alias = "tls-key", value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// CA (PEM) verifying client certificates, as kube-apiserver's flag; re-read when the file changes (tls.clientCaFile) [default: none, certificates not requested]
+    #[arg(long, alias = "client-ca", value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
     /// Front-proxy client certificate presented to the apiserver with the identity headers of certificate clients [default: none]
     #[arg(long, value_name = "FILE")]
     pub front_proxy_cert: Option<PathBuf>,
@@ -57,15 +57,15 @@ pub struct Flags {
     /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns, /debug/budget) [default: 127.0.0.1:9443]
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
-    /// Admin listener's serving certificate (PEM); with --admin-tls-key turns on TLS there (admin.tls.certFile) [default: none, plain HTTP]
-    #[arg(long, value_name = "FILE")]
-    pub admin_tls_cert: Option<PathBuf>,
-    /// Admin listener's private key (PEM) (admin.tls.keyFile) [default: none]
-    #[arg(long, value_name = "FILE")]
-    pub admin_tls_key: Option<PathBuf>,
-    /// CA (PEM) whose client certificates /metrics and /debug/* require; /healthz, /livez, /readyz stay open (admin.tls.clientCaFile) [default: none, open]
-    #[arg(long, value_name = "FILE")]
-    pub admin_client_ca: Option<PathBuf>,
+    /// Admin listener's serving certificate (PEM); with --admin-tls-private-key-file turns on TLS there; re-read when the file changes (admin.tls.certFile) [default: none, plain HTTP]
+    #[arg(long, alias = "admin-tls-cert", value_name = "FILE")]
+    pub admin_tls_cert_file: Option<PathBuf>,
+    /// Admin listener's private key (PEM); re-read when the file changes (admin.tls.keyFile) [default: none]
+    #[arg(long, alias = "admin-tls-key", value_name = "FILE")]
+    pub admin_tls_private_key_file: Option<PathBuf>,
+    /// CA (PEM) whose client certificates /metrics and /debug/* require; /healthz, /livez, /readyz stay open; re-read when the file changes (admin.tls.clientCaFile) [default: none, open]
+    #[arg(long, alias = "admin-client-ca", value_name = "FILE")]
+    pub admin_client_ca_file: Option<PathBuf>,
     /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
@@ -145,12 +145,18 @@ impl Config {
         }
         set_opt(&mut self.upstream.ca_file, &flags.upstream_ca);
         set_opt(&mut self.upstream.kubeconfig, &flags.upstream_kubeconfig);
-        set_opt(&mut self.tls.cert_file, &flags.tls_cert);
-        set_opt(&mut self.tls.key_file, &flags.tls_key);
-        set_opt(&mut self.tls.client_ca_file, &flags.client_ca);
-        set_opt(&mut self.admin.tls.cert_file, &flags.admin_tls_cert);
-        set_opt(&mut self.admin.tls.key_file, &flags.admin_tls_key);
-        set_opt(&mut self.admin.tls.client_ca_file, &flags.admin_client_ca);
+        set_opt(&mut self.tls.cert_file, &flags.tls_cert_file);
+        set_opt(&mut self.tls.key_file, &flags.tls_private_key_file);
+        set_opt(&mut self.tls.client_ca_file, &flags.client_ca_file);
+        set_opt(&mut self.admin.tls.cert_file, &flags.admin_tls_cert_file);
+        set_opt(
+            &mut self.admin.tls.key_file,
+            &flags.admin_tls_private_key_file,
+        );
+        set_opt(
+            &mut self.admin.tls.client_ca_file,
+            &flags.admin_client_ca_file,
+        );
         set_opt(
             &mut self.upstream.front_proxy_cert_file,
             &flags.front_proxy_cert,

@@ -12,6 +12,11 @@ mod flags;
 pub use crate::predict::settings::{Patterns, Store};
 pub use flags::Flags;
 
+/// The configuration file's `apiVersion`.
+pub const API_VERSION: &str = "tollgate.io/v1alpha1";
+/// The configuration file's `kind`.
+pub const KIND: &str = "TollgateConfiguration";
+
 /// What tollgate does with what it learns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "camelCase")]
@@ -42,6 +47,11 @@ impl Mode {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct Config {
+    /// The file's schema version, [`API_VERSION`]. Optional for now (a file
+    /// without it is read as this version); any other value is refused.
+    pub api_version: Option<String>,
+    /// The file's kind, [`KIND`]. Optional for now; any other value is refused.
+    pub kind: Option<String>,
     /// Client listener address. Default `0.0.0.0:6443`.
     pub listen: String,
     /// Client connections open at once; past it a new connection is closed
@@ -127,8 +137,10 @@ impl Default for TokenReview {
     }
 }
 
-/// TLS toward clients. Without cert and key tollgate serves plain HTTP.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// TLS toward clients. Without cert and key tollgate serves plain HTTP. The
+/// files' content is re-read when it changes ([`crate::tls::serving`]); their
+/// paths need a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ServingTls {
     /// Serving certificate chain (PEM). Default: none (plain HTTP).
@@ -249,6 +261,8 @@ pub struct Drain {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            api_version: None,
+            kind: None,
             listen: "0.0.0.0:6443".into(),
             max_connections: 50_000,
             admin_listen: Some("127.0.0.1:9443".into()),
@@ -388,6 +402,7 @@ impl Config {
     /// Checks that need no files: pairs given together, every number in its
     /// range ([`bounds`]), URLs. Start, `check-config` and reload all call it.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_version()?;
         self.validate_upstream_urls()?;
         self.validate_pairs()?;
         self.validate_bounds()?;
@@ -398,6 +413,25 @@ impl Config {
             .and_then(|()| self.quota.validate())
             .and_then(|()| self.relist_guard.validate())
             .map_err(|(field, reason)| ConfigError::Invalid { field, reason })
+    }
+
+    /// `apiVersion` and `kind`, when given, are the ones this build reads.
+    fn validate_version(&self) -> Result<(), ConfigError> {
+        for (field, given, want) in [
+            ("apiVersion", &self.api_version, API_VERSION),
+            ("kind", &self.kind, KIND),
+        ] {
+            match given {
+                Some(v) if v != want => {
+                    return invalid(
+                        field,
+                        &format!("{v:?} is not supported; this tollgate reads {field}: {want}"),
+                    )
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     fn validate_upstream_urls(&self) -> Result<(), ConfigError> {

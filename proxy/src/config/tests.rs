@@ -199,3 +199,103 @@ fn flags_set_the_admin_tls_and_the_trusted_identity_headers() {
     c.apply(&Flags::default());
     assert_eq!(c.upstream.request_headers.group_headers, ["X-File-Group"]);
 }
+
+#[test]
+fn the_version_and_kind_are_optional_and_refused_when_wrong() {
+    let base = "upstream: {urls: [\"http://a:1\"]}\n";
+    let check = |head: &str| {
+        Config::from_yaml(&format!("{head}{base}"))
+            .expect("parses")
+            .validate()
+            .map_err(|e| e.to_string())
+    };
+    assert!(check("").is_ok(), "neither: read as the current version");
+    assert!(check("apiVersion: tollgate.io/v1alpha1\nkind: TollgateConfiguration\n").is_ok());
+    let err = check("apiVersion: tollgate.io/v1\nkind: TollgateConfiguration\n")
+        .expect_err("another version");
+    assert!(
+        err.contains("apiVersion") && err.contains("tollgate.io/v1alpha1"),
+        "{err}"
+    );
+    let err = check("apiVersion: tollgate.io/v1alpha1\nkind: Config\n").expect_err("another kind");
+    assert!(
+        err.contains("kind") && err.contains("TollgateConfiguration"),
+        "{err}"
+    );
+}
+
+#[test]
+fn kubernetes_flag_names_and_the_old_ones_set_the_same_files() {
+    use std::path::Path;
+    let new = Cli::try_parse_from([
+        "tollgate",
+        "--tls-cert-file",
+        "s.crt",
+        "--tls-private-key-file=s.key",
+        "--client-ca-file",
+        "ca.crt",
+        "--admin-tls-cert-file",
+        "a.crt",
+        "--admin-tls-private-key-file",
+        "a.key",
+        "--admin-client-ca-file",
+        "aca.crt",
+    ])
+    .expect("parses");
+    let old = Cli::try_parse_from([
+        "tollgate",
+        "--tls-cert",
+        "s.crt",
+        "--tls-key=s.key",
+        "--client-ca",
+        "ca.crt",
+        "--admin-tls-cert",
+        "a.crt",
+        "--admin-tls-key",
+        "a.key",
+        "--admin-client-ca",
+        "aca.crt",
+    ])
+    .expect("the old names still parse");
+    for cli in [new, old] {
+        let mut c = Config::default();
+        c.apply(&cli.flags);
+        let files = |t: &ServingTls| {
+            [&t.cert_file, &t.key_file, &t.client_ca_file]
+                .map(|f| f.as_deref().map(Path::to_path_buf))
+        };
+        assert_eq!(
+            files(&c.tls),
+            [Some("s.crt"), Some("s.key"), Some("ca.crt")].map(|f| f.map(Into::into))
+        );
+        assert_eq!(
+            files(&c.admin.tls),
+            [Some("a.crt"), Some("a.key"), Some("aca.crt")].map(|f| f.map(Into::into))
+        );
+    }
+    // --help shows the Kubernetes names only.
+    let help = <Cli as clap::CommandFactory>::command()
+        .render_long_help()
+        .to_string();
+    for shown in [
+        "--tls-cert-file",
+        "--tls-private-key-file",
+        "--client-ca-file",
+        "--admin-tls-cert-file",
+        "--admin-tls-private-key-file",
+        "--admin-client-ca-file",
+    ] {
+        assert!(help.contains(shown), "{shown} in --help");
+    }
+    for hidden in [
+        "--tls-cert ",
+        "--tls-key ",
+        "--client-ca ",
+        "--admin-client-ca ",
+    ] {
+        assert!(
+            !help.contains(hidden),
+            "{hidden} hidden from --help:\n{help}"
+        );
+    }
+}

@@ -22,6 +22,8 @@ pub enum Cause {
 }
 
 impl Cause {
+    pub const ALL: [Cause; 2] = [Cause::Recovered, Cause::Restarted];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::Recovered => "recovered",

@@ -7,6 +7,16 @@
 //! (upgrades), observe (requests, bytes, durations, errors, reconciliation,
 //! prediction accuracy), the scrape (object counts); the gauges of state are
 //! refreshed when `/metrics` is encoded ([`Metrics::refresh`]).
+//!
+//! Beside them, the process's own cost under client_golang's names
+//! ([`kubeio::process`]) and `tollgate_build_info`.
+//!
+//! A labeled counter or histogram whose label values are a small fixed set is
+//! exported at zero from the start ([`Metrics::register`]), so `rate()` and
+//! `increase()` in alerts see its first event. Families keyed by verb, code,
+//! pattern class, decision, upstream URL or resource are created as events
+//! come: their sets are open (codes, resources) or their product is large
+//! (decisions: mode × lane × verb × consistency × decision × reason).
 
 mod series;
 
@@ -90,6 +100,29 @@ pub struct ListenerLabel {
     pub listener: &'static str,
 }
 
+/// A listener and the result of a reload of its certificate files.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerResultLabel {
+    pub listener: &'static str,
+    pub result: &'static str,
+}
+
+/// What `tollgate_build_info` says: the crate version and the git commit it was built from.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    pub version: &'static str,
+    pub revision: &'static str,
+}
+
+/// The git commit tollgate was built from (`build.rs`; `unknown` when built outside git).
+pub const REVISION: &str = env!("TOLLGATE_REVISION");
+
+/// The `result` values of reloads (configuration, certificates).
+pub const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
+
+/// The `direction` values of `tollgate_quota_reconciled_bytes_total`.
+pub const RECONCILE_DIRECTIONS: [&str; 2] = ["refund", "debt"];
+
 /// The `listener` values.
 pub const LISTENERS: [&str; 2] = ["client", "admin"];
 
@@ -151,6 +184,8 @@ pub struct Metrics {
     /// Tasks alive in tollgate's runtime, set at each scrape: a leak of
     /// connections or watches shows here before it shows in memory.
     pub alive_tasks: Gauge,
+    pub certificate_reloads: Family<ListenerResultLabel, Counter>,
+    pub build_info: Family<BuildLabel, Gauge>,
     /// Handles into `requests` (code 200), `response_bytes` and `duration` per verb.
     pub per_verb: PerVerb,
     /// Handles into `predicted_bytes`, `actual_bytes` and `prediction_ratio` per class.
@@ -205,6 +240,8 @@ impl Metrics {
             connections_refused: Family::default(),
             open_connections: Family::default(),
             alive_tasks: Gauge::default(),
+            certificate_reloads: Family::default(),
+            build_info: Family::default(),
             per_verb: PerVerb::default(),
             per_class: PerClass::default(),
         };
@@ -216,13 +253,72 @@ impl Metrics {
         m.register_upstreams(registry);
         m.register_admission(registry);
         m.register_listeners(registry);
-        // Exported at zero from the start: an alert can tell "never failed" from "not scraped".
+        m.register_process(registry);
+        m.export_known_label_sets();
+        m
+    }
+
+    /// Every series of a family whose label values are a small fixed set, at zero: an alert
+    /// can tell "never happened" from "not scraped", and `increase()` counts the first event.
+    fn export_known_label_sets(&self) {
         for reason in SCRAPE_FAILURE_REASONS {
-            m.scrape_failures
+            self.scrape_failures
                 .get_or_create(&ReasonLabel { reason })
                 .inc_by(0);
         }
-        m
+        for result in RELOAD_RESULTS {
+            self.reloads
+                .get_or_create(&ResultLabel {
+                    result: result.into(),
+                })
+                .inc_by(0);
+            for listener in LISTENERS {
+                self.certificate_reloads
+                    .get_or_create(&ListenerResultLabel { listener, result })
+                    .inc_by(0);
+            }
+        }
+        for source in crate::status::ErrorSource::ALL {
+            self.errors
+                .get_or_create(&SourceLabel {
+                    source: source.as_str(),
+                })
+                .inc_by(0);
+        }
+        for lane in crate::enforce::lane::Lane::ALL {
+            // A histogram at zero: its buckets, count and sum all 0.
+            let _ = self.queue_wait.get_or_create(&LaneLabel {
+                lane: lane.as_str(),
+            });
+        }
+        for cause in crate::enforce::guard::Cause::ALL {
+            self.guard_triggers
+                .get_or_create(&CauseLabel {
+                    cause: cause.as_str(),
+                })
+                .inc_by(0);
+        }
+        for direction in RECONCILE_DIRECTIONS {
+            self.quota_reconciled
+                .get_or_create(&DirectionLabel { direction })
+                .inc_by(0);
+        }
+    }
+
+    /// The process's own cost (CPU, memory, descriptors, start time) and what was built.
+    fn register_process(&self, r: &mut Registry) {
+        r.register_collector(Box::new(kubeio::process::ProcessCollector::new()));
+        r.register(
+            "tollgate_build_info",
+            "1, labeled with the version and the git commit (revision) tollgate was built from",
+            self.build_info.clone(),
+        );
+        self.build_info
+            .get_or_create(&BuildLabel {
+                version: env!("CARGO_PKG_VERSION"),
+                revision: REVISION,
+            })
+            .set(1);
     }
 
     /// Requests, their bytes and durations, and errors tollgate answered itself.
@@ -335,6 +431,11 @@ impl Metrics {
             "tollgate_runtime_alive_tasks",
             "Tasks alive in tollgate's async runtime (connections, requests, watches, background loops), at the scrape",
             self.alive_tasks.clone(),
+        );
+        r.register(
+            "tollgate_certificate_reloads",
+            "Reloads of a listener's serving certificate, key and client CA after their files changed, by listener (client, admin) and result (ok; error: the running certificate stays)",
+            self.certificate_reloads.clone(),
         );
         for listener in LISTENERS {
             let l = ListenerLabel { listener };
@@ -471,6 +572,37 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    /// The families whose label values are a fixed set have every series from the start.
+    #[test]
+    fn known_label_sets_are_exported_at_zero() {
+        let mut registry = Registry::default();
+        let _m = Metrics::register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        for series in [
+            "tollgate_config_reloads_total{result=\"ok\"} 0",
+            "tollgate_config_reloads_total{result=\"error\"} 0",
+            "tollgate_errors_total{source=\"downstream\"} 0",
+            "tollgate_errors_total{source=\"upstream\"} 0",
+            "tollgate_errors_total{source=\"internal\"} 0",
+            "tollgate_queue_wait_seconds_count{lane=\"heavy\"} 0",
+            "tollgate_queue_wait_seconds_count{lane=\"system\"} 0",
+            "tollgate_relist_guard_triggers_total{cause=\"recovered\"} 0",
+            "tollgate_relist_guard_triggers_total{cause=\"restarted\"} 0",
+            "tollgate_quota_reconciled_bytes_total{direction=\"debt\"} 0",
+            "tollgate_certificate_reloads_total{listener=\"client\",result=\"error\"} 0",
+            "tollgate_certificate_reloads_total{listener=\"admin\",result=\"ok\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == series), "{series} in\n{text}");
+        }
+        let build = format!(
+            "tollgate_build_info{{version=\"{}\",revision=\"{REVISION}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.lines().any(|l| l == build), "{build} in\n{text}");
+        assert!(!REVISION.is_empty());
+    }
+
     /// The README's metrics table lists exactly what `/metrics` exports.
     #[test]
     fn the_readme_lists_every_metric_and_no_other() {
@@ -554,12 +686,15 @@ mod tests {
             .split("## Metrics")
             .nth(1)
             .expect("a Metrics section");
+        // tollgate's own names, and the process collector's.
         let documented: BTreeSet<String> = section
             .lines()
-            .filter_map(|l| l.strip_prefix("| `tollgate_"))
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter(|l| l.starts_with("tollgate_") || l.starts_with("process_"))
             .filter_map(|l| l.split('`').next())
-            .map(|n| format!("tollgate_{n}"))
+            .map(str::to_string)
             .collect();
         assert_eq!(exported, documented);
+        assert!(documented.contains("process_cpu_seconds_total"));
     }
 }

@@ -6,6 +6,8 @@
 //!   the written list of expected-empty ones; `promtool check rules` passes.
 //! - [`tables`]: the metrics tables of `proxy/README.md` and `loadgen/README.md` name exactly
 //!   the metrics a live scrape exports.
+//! - [`objects`]: the `PrometheusRule` and `ServiceMonitor` in `dashboards/` are what
+//!   `rules.yaml` generates; every alert has a description and a runbook section.
 //! - [`manifests`]: `deploy/` against the real kube-apiserver: `kubectl apply --dry-run=server`,
 //!   the `kubernetes` endpoint the apiserver publishes, tollgate on the apiserver's port beside
 //!   it, and the manifests' flags and config through `tollgate check-config`.
@@ -15,6 +17,7 @@
 //! loadgen with `--metrics-listen`.
 
 mod manifests;
+mod objects;
 mod queries;
 mod tables;
 

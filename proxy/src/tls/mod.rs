@@ -9,6 +9,11 @@
 //! from an unknown CA is then no identity (the request may still carry a
 //! bearer token), instead of a handshake failure the client can only report
 //! as a broken connection.
+//!
+//! [`serving`]: the serving certificate and client CA of a listener, re-read
+//! when their files change.
+
+pub mod serving;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -141,15 +146,14 @@ pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
 /// decides afterwards whether it is an identity.
 pub fn server_config(
     identity: Identity,
-    client_ca: Option<&Path>,
+    clients: Option<&ClientCertAuthority>,
 ) -> Result<ServerConfig, TlsError> {
     crate::install_crypto_provider();
     let builder = ServerConfig::builder();
-    let builder = match client_ca {
-        Some(path) => {
-            let authority = ClientCertAuthority::load(path)?;
-            builder.with_client_cert_verifier(Arc::new(DeferToAuthenticator { authority }))
-        }
+    let builder = match clients {
+        Some(authority) => builder.with_client_cert_verifier(Arc::new(DeferToAuthenticator {
+            authority: authority.clone(),
+        })),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder
@@ -173,13 +177,17 @@ pub struct ClientCertAuthority {
 impl ClientCertAuthority {
     /// The CA certificates in the PEM file `path`.
     pub fn load(path: &Path) -> Result<Self, TlsError> {
+        ClientCertAuthority::new(load_roots(path)?, path)
+    }
+
+    /// The CA certificates `roots`, read from `origin` (named in errors).
+    pub fn new(roots: RootCertStore, origin: &Path) -> Result<Self, TlsError> {
         crate::install_crypto_provider();
-        let roots = Arc::new(load_roots(path)?);
-        let verifier = WebPkiClientVerifier::builder(roots)
+        let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
             .allow_unauthenticated()
             .build()
             .map_err(|e| TlsError::Verifier {
-                path: path.to_path_buf(),
+                path: origin.to_path_buf(),
                 reason: e.to_string(),
             })?;
         Ok(ClientCertAuthority { verifier })
