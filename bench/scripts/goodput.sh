@@ -199,8 +199,8 @@ run() {
         } >"$d/tollgate.yaml"
         local tls=()
         if [[ $plane == real ]]; then
-            tls=(--upstream-ca "$KUBE_CA_CERT" --tls-cert "$KUBE_RUN_DIR/pki/apiserver.crt"
-                --tls-key "$KUBE_RUN_DIR/pki/apiserver.key" --client-ca "$KUBE_CA_CERT"
+            tls=(--upstream-ca "$KUBE_CA_CERT" --tls-cert-file "$KUBE_RUN_DIR/pki/apiserver.crt"
+                --tls-private-key-file "$KUBE_RUN_DIR/pki/apiserver.key" --client-ca-file "$KUBE_CA_CERT"
                 --front-proxy-cert "$KUBE_FRONT_PROXY_CLIENT_CERT" --front-proxy-key "$KUBE_FRONT_PROXY_CLIENT_KEY"
                 --upstream-client-cert "$KUBE_ADMIN_CERT" --upstream-client-key "$KUBE_ADMIN_KEY")
         fi

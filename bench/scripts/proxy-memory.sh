@@ -137,7 +137,7 @@ SIM_PID=${PIDS[-1]}
 SIM_URL=$(wait_line "$TMP/sim.out" "serving the Kubernetes API at " "$SIM_PID" sim)
 
 "$BIN_DIR/tollgate" --mode "$MODE" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream "$SIM_URL" \
-    --upstream-ca "$TMP/pki/ca.crt" --tls-cert "$TMP/pki/apiserver.crt" --tls-key "$TMP/pki/apiserver.key" \
+    --upstream-ca "$TMP/pki/ca.crt" --tls-cert-file "$TMP/pki/apiserver.crt" --tls-private-key-file "$TMP/pki/apiserver.key" \
     >"$TMP/tollgate-watch.out" 2>"$TMP/tollgate-watch.err" &
 PIDS+=($!)
 TG_PID=${PIDS[-1]}

@@ -87,8 +87,8 @@ URL=$(wait_line "$TMP/sim.out" "serving the Kubernetes API at " "$SIM_PID" "the 
 
 # Its serving certificate is the simulator's (issued for 127.0.0.1 by the simulator's CA).
 "$TOLLGATE_BIN" --mode enforce --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream "$URL" \
-    --upstream-ca "$PKI/sim/ca.crt" --tls-cert "$PKI/sim/apiserver.crt" \
-    --tls-key "$PKI/sim/apiserver.key" --client-ca "$PKI/client-ca.crt" \
+    --upstream-ca "$PKI/sim/ca.crt" --tls-cert-file "$PKI/sim/apiserver.crt" \
+    --tls-private-key-file "$PKI/sim/apiserver.key" --client-ca-file "$PKI/client-ca.crt" \
     --front-proxy-cert "$PKI/front-proxy.crt" --front-proxy-key "$PKI/front-proxy.key" \
     --upstream-client-cert "$PKI/tollgate.crt" --upstream-client-key "$PKI/tollgate.key" \
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \

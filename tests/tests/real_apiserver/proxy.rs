@@ -1,5 +1,5 @@
 //! tollgate in front of the real kube-apiserver, with the front-proxy client certificate
-//! start.sh made: certificate clients authenticated by tollgate (`--client-ca`, the cluster
+//! start.sh made: certificate clients authenticated by tollgate (`--client-ca-file`, the cluster
 //! CA) and forwarded as `X-Remote-User`/`X-Remote-Group`, token clients forwarded as they
 //! are, and everything the apiserver says passed back as it said it.
 
