@@ -22,6 +22,7 @@
 #   SOAK_SECONDS=3660 how long the load runs
 #   NODES=100  HEARTBEAT=5s  DAEMONS=2  PODS=3000  POD_BYTES=2048  LISTS=60  GETS=20
 #   RESULTS=path      where to write the results (default bench/RESULTS.md; "-" prints only)
+#   SOAK_REPORT=dir   write the figures of a run kept with KEEP_TMP=1 again, without running
 set -euo pipefail
 
 BENCH=soak
@@ -46,6 +47,13 @@ LOADGEN_BIN=$BIN_DIR/loadgen
 COMMAND="bench/scripts/soak.sh"
 [[ $SOAK_SECONDS == 3660 ]] || COMMAND="SOAK_SECONDS=$SOAK_SECONDS $COMMAND"
 
+# The figures of a finished run's kept directory (KEEP_TMP=1), written again: SOAK_REPORT=dir.
+if [[ -n ${SOAK_REPORT:-} ]]; then
+    TMP=$SOAK_REPORT
+    [[ -f $TMP/run.env ]] || die "$TMP/run.env is missing: not a soak directory kept with KEEP_TMP=1"
+    # shellcheck disable=SC1091
+    . "$TMP/run.env"
+else
 for tool in curl python3 openssl; do
     command -v "$tool" >/dev/null || die "$tool is missing"
 done
@@ -152,13 +160,20 @@ kill "$SAMPLER" 2>/dev/null || true
 wait "$SAMPLER" 2>/dev/null || true
 curl -s -m 5 "$ADMIN/metrics" >"$TMP/tollgate.metrics" || true
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+for v in COMMAND STARTED ELAPSED LOAD_BEFORE LOAD_AFTER SOAK_SECONDS NODES HEARTBEAT DAEMONS PODS \
+    POD_BYTES LISTS GETS BIN_DIR; do
+    printf '%s=%q\n' "$v" "${!v}"
+done >"$TMP/run.env"
+fi
 
 SECTION=$(python3 - "$TMP" "$COMMAND" "$STARTED" "$ELAPSED" "$LOAD_BEFORE" "$LOAD_AFTER" \
-    "$NODES" "$HEARTBEAT" "$DAEMONS" "$PODS" "$POD_BYTES" "$LISTS" "$GETS" "${BIN_DIR#"$ROOT"/}" <<'PY'
+    "$NODES" "$HEARTBEAT" "$DAEMONS" "$PODS" "$POD_BYTES" "$LISTS" "$GETS" "${BIN_DIR#"$ROOT"/}" \
+    "$SOAK_SECONDS" <<'PY'
 import csv, json, os, sys
 (tmp, command, started, elapsed, load_before, load_after,
- nodes, heartbeat, daemons, pods, pod_bytes, lists, gets, bin_dir) = sys.argv[1:]
+ nodes, heartbeat, daemons, pods, pod_bytes, lists, gets, bin_dir, load_seconds) = sys.argv[1:]
 elapsed = int(elapsed)
+load_seconds = int(load_seconds)
 rows = []
 with open(os.path.join(tmp, "samples.csv")) as f:
     for r in csv.DictReader(f):
@@ -166,7 +181,8 @@ with open(os.path.join(tmp, "samples.csv")) as f:
             rows.append({k: float(v) for k, v in r.items() if v not in ("", None)})
         except ValueError:
             continue
-rows = [r for r in rows if "rss_kb" in r and "fds" in r]
+# Only while the load ran: the drain after it closes connections and ends tasks.
+rows = [r for r in rows if "rss_kb" in r and "fds" in r and r["second"] <= load_seconds]
 
 def at(second):
     return min(rows, key=lambda r: abs(r["second"] - second)) if rows else None
@@ -186,7 +202,7 @@ tracked = [("rss_kb", "RSS", lambda v: f"{v / 1024:.1f} MB"), ("fds", "open fds"
            ("tasks", "runtime tasks", lambda v: f"{v:.0f}"), ("threads", "threads", lambda v: f"{v:.0f}")]
 ref = at(ref_second)
 last = rows[-1] if rows else None
-table = ["| figure | at 10 min | min after | max after | at the end | max deviation from 10 min | trend after 10 min, per hour |",
+table = ["| figure | at 10 min | min after | max after | at the load's end | max deviation from 10 min | trend after 10 min, per hour |",
          "|---|---|---|---|---|---|---|"]
 verdicts = []
 for key, name, fmt in tracked:
@@ -201,6 +217,16 @@ for key, name, fmt in tracked:
     table.append(f"| {name} | {fmt(base)} | {fmt(min(after))} | {fmt(max(after))} | {fmt(last[key])} | {dev:.1f}% | {trend} |")
     if key in ("rss_kb", "fds"):
         verdicts.append((name, dev, s / base * 100 if (s is not None and base) else None))
+
+# Each 10-minute window: RSS and tasks (median, least, most), to tell a trend from a burst.
+nwin = max(1, (load_seconds + 599) // 600)
+per_window = ["| | " + " | ".join(f"{w * 10}-{w * 10 + 10} min" for w in range(nwin)) + " |", "|---|" + "---|" * nwin]
+for key, name, scale in (("rss_kb", "RSS MB (median, least-most)", 1024.0), ("tasks", "tasks (median, least-most)", 1.0)):
+    cells = []
+    for w in range(nwin):
+        v = sorted(r[key] / scale for r in rows if w * 600 <= r["second"] < (w + 1) * 600 and key in r)
+        cells.append(f"{v[len(v) // 2]:.{1 if scale > 1 else 0}f} ({v[0]:.{1 if scale > 1 else 0}f}-{v[-1]:.{1 if scale > 1 else 0}f})" if v else "—")
+    per_window.append(f"| {name} | " + " | ".join(cells) + " |")
 
 # Each 10-minute window: the load's per-second p99s (the median and the largest second), per operation.
 def windows(path):
@@ -223,12 +249,12 @@ def summary(name):
     except (OSError, ValueError):
         return {}
 
-lat = ["| operation | " + " | ".join(f"{w * 10}-{w * 10 + 10} min" for w in range(max(1, (elapsed + 599) // 600))) + " |",
-       "|---|" + "---|" * max(1, (elapsed + 599) // 600)]
+lat = ["| operation | " + " | ".join(f"{w * 10}-{w * 10 + 10} min" for w in range(max(1, (load_seconds + 599) // 600))) + " |",
+       "|---|" + "---|" * max(1, (load_seconds + 599) // 600)]
 for load in ("nodes", "storm"):
     for op, ws in sorted(windows(os.path.join(tmp, load, "timeseries.csv")).items()):
         cells = []
-        for w in range(max(1, (elapsed + 599) // 600)):
+        for w in range(max(1, (load_seconds + 599) // 600)):
             v = sorted(ws.get(w, []))
             cells.append(f"{v[len(v) // 2]:.1f} / {v[-1]:.0f}" if v else "—")
         lat.append(f"| {load}: {op} | " + " | ".join(cells) + " |")
@@ -247,7 +273,7 @@ for load in ("nodes", "storm"):
 
 lines = [f"## tollgate soak (issue 20)", "",
          f"tollgate (`--mode enforce`, every other setting its default; binaries of {bin_dir}) in front of `tollgate-bench sim`",
-         f"({pods} pods of +{pod_bytes} bytes; TLS on both sides, clients known by their certificates, identity forwarded with a front-proxy certificate) for {elapsed} s from {started} UTC, at steady mixed load: {nodes} simulated",
+         f"({pods} pods of +{pod_bytes} bytes; TLS on both sides, clients known by their certificates, identity forwarded with a front-proxy certificate) for {load_seconds} s from {started} UTC, at steady mixed load: {nodes} simulated",
          f"nodes (status PATCH every {heartbeat}, lease renewal every 10 s, {daemons} informer-like daemons per node",
          f"whose watches the server ends every 30 s, so they re-LIST and re-watch all the time) and, from another",
          f"client, {lists} consistent LISTs of all pods per minute and {gets} GETs/s. Sampled every 10 s from /proc and",
@@ -257,6 +283,7 @@ for name, dev, trend in verdicts:
     ok = dev <= 10 and (trend is None or abs(trend) <= 10)
     lines.append(f"- {name}: max deviation {dev:.1f}% from its value at 10 min, trend "
                  f"{'—' if trend is None else f'{trend:+.1f}% per hour'}: {'**met**' if ok else '**not met**'} (goal ±10%, no growth)")
+lines += ["", "Per 10-minute window:", "", *per_window]
 lines += ["", "Per-second p99 latency through tollgate, ms (median second / worst second) per 10-minute window:", "", *lat,
           "", "The whole run, from loadgen's summaries:", "", *totals]
 print("\n".join(lines))
