@@ -145,7 +145,10 @@ fn upstream_client(args: &Args, scheme: &Scheme) -> anyhow::Result<UpstreamClien
             .enable_http2()
             .wrap_connector(http)
     } else {
-        anyhow::ensure!(*scheme == Scheme::HTTP, "--upstream must be http:// or https://");
+        anyhow::ensure!(
+            *scheme == Scheme::HTTP,
+            "--upstream must be http:// or https://"
+        );
         builder
             .with_tls_config(
                 ClientConfig::builder()
@@ -159,7 +162,11 @@ fn upstream_client(args: &Args, scheme: &Scheme) -> anyhow::Result<UpstreamClien
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
-fn server_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> anyhow::Result<ServerConfig> {
+fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> anyhow::Result<ServerConfig> {
     let builder = ServerConfig::builder();
     let builder = match client_ca {
         Some(ca) => {
