@@ -68,6 +68,23 @@ http {
 }
 NGINX
 }
+# The upstream's files in DIR: small.json (a 1 KB JSON List) and big.bin (BYTES of zeros).
+# nginx workers run as an unprivileged user (when started as root): they must read them.
+upstream_files() { # upstream_files DIR BYTES
+    chmod 755 "$(dirname "$1")"
+    mkdir -p "$1"
+    python3 - "$1/small.json" <<'EOF'
+import json, sys
+items = [{"name": f"item-{i}", "value": i} for i in range(25)]
+doc = {"kind": "List", "apiVersion": "v1", "items": items}
+s = json.dumps(doc)
+s = s[:-1] + ', "pad": "' + "x" * (1024 - len(s) - 11) + '"}'
+assert len(s) == 1024, len(s)
+open(sys.argv[1], "w").write(s)
+EOF
+    truncate -s "$2" "$1/big.bin"
+    chmod 644 "$1/small.json" "$1/big.bin"
+}
 # The worker of a one-worker nginx whose master is PID.
 nginx_worker() {
     local i w

@@ -61,20 +61,7 @@ MINPROXY=$BIN_DIR/minproxy
 [[ -x "$TOLLGATE" && -x "$MINPROXY" ]] || die "release binaries missing: run without SKIP_BUILD"
 
 # --- upstream: nginx serving the files -------------------------------------------------------
-# nginx workers run as an unprivileged user (when started as root): they must read the files.
-chmod 755 "$TMP"
-mkdir -p "$TMP/www"
-python3 - "$TMP/www/small.json" <<'EOF'
-import json, sys
-items = [{"name": f"item-{i}", "value": i} for i in range(25)]
-doc = {"kind": "List", "apiVersion": "v1", "items": items}
-s = json.dumps(doc)
-s = s[:-1] + ', "pad": "' + "x" * (1024 - len(s) - 11) + '"}'
-assert len(s) == 1024, len(s)
-open(sys.argv[1], "w").write(s)
-EOF
-truncate -s "$BIG_BYTES" "$TMP/www/big.bin"
-chmod 644 "$TMP/www/small.json" "$TMP/www/big.bin"
+upstream_files "$TMP/www" "$BIG_BYTES"
 
 UP_PORT=$(free_port)
 nginx_conf "$TMP/up" "$UP_PORT" "root $TMP/www; location / { }" "sendfile on; tcp_nopush on;"
