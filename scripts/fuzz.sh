@@ -28,6 +28,12 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
 profile="${FUZZ_PROFILE:-release}"
+# Its own lock file: a crate the main workspace adds to apimodel, kubeio or tollgate lands here too.
+if ! cargo metadata --locked --format-version 1 >/dev/null 2>&1; then
+  echo "fuzz/Cargo.lock is out of date with the crates it builds:" \
+    "run (cd fuzz && cargo metadata --format-version 1 >/dev/null) and commit fuzz/Cargo.lock" >&2
+  exit 1
+fi
 cargo build --profile "$profile" --locked --bins --target "$triple"
 # The kubeconfig target writes its input to a file: in memory where possible.
 TOLLGATE_FUZZ_TMP="$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)"
