@@ -125,15 +125,7 @@ fn a_cl2_config_runs_against_the_simulator() -> anyhow::Result<()> {
         &out,
         &["--testoverrides", &overrides],
     )?;
-    anyhow::ensure!(
-        done.status.success(),
-        "{}\nstdout: {}\nstderr: {}",
-        done.status,
-        done.stdout,
-        done.stderr
-    );
-    let summary = read_json(&out.join("summary.json"))?;
-    assert_eq!(summary["verdict"], "pass", "{summary:#}");
+    done.passed_summary("the CL2 config", &out)?;
     // (step dir, objects, qps): the last of N units starts at (N - 1) / qps. ConfigMaps:
     // 2 namespaces × 3 nodes × DivideInt 20 10.
     for (step, count, qps) in [

@@ -7,7 +7,7 @@ use anyhow::Context;
 use serde_json::Value;
 use tests::SimProcess;
 
-use super::{loadgen_run, loadgen_run_with, read_json, wait_gone};
+use super::{loadgen_run, loadgen_run_with, wait_gone};
 
 // ---------------------------------------------------------------------------------------------
 // The shipped examples at reduced scale
@@ -25,16 +25,8 @@ fn example(name: &str, params: &[&str]) -> anyhow::Result<()> {
         args.extend(["--param", p]);
     }
     let done = loadgen_run(&sim, &file, &out, &args)?;
-    assert!(
-        done.status.success(),
-        "{name}: {}\nstdout: {}\nstderr: {}",
-        done.status,
-        done.stdout,
-        done.stderr
-    );
+    let summary = done.passed_summary(name, &out)?;
     assert!(done.stdout.contains("verdict: pass"), "{}", done.stdout);
-    let summary = read_json(&out.join("summary.json"))?;
-    assert_eq!(summary["verdict"], "pass", "{summary:#}");
     let slos = summary["slos"].as_array().cloned().unwrap_or_default();
     assert!(
         !slos.is_empty() && slos.iter().all(|s| s["met"] == true),
@@ -120,16 +112,7 @@ fn etcd_example(name: &str, args: &[&str]) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     let out = dir.path().join("out");
     let done = loadgen_run_with(&file, &out, args)?;
-    assert!(
-        done.status.success(),
-        "{name}: {}\nstdout: {}\nstderr: {}",
-        done.status,
-        done.stdout,
-        done.stderr
-    );
-    let summary = read_json(&out.join("summary.json"))?;
-    assert_eq!(summary["verdict"], "pass", "{summary:#}");
-    Ok(summary)
+    done.passed_summary(name, &out)
 }
 
 /// The etcd PUT calls one measurement saw: (requests, p99 ms).

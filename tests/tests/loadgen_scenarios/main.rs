@@ -90,6 +90,23 @@ fn loadgen_run_with(file: &Path, out: &Path, args: &[&str]) -> anyhow::Result<Fi
     })
 }
 
+impl Finished {
+    /// The run's summary.json (under `out`), after checking that `what` exited 0 and its
+    /// verdict is pass.
+    fn passed_summary(&self, what: &str, out: &Path) -> anyhow::Result<Value> {
+        assert!(
+            self.status.success(),
+            "{what}: {}\nstdout: {}\nstderr: {}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        let summary = read_json(&out.join("summary.json"))?;
+        assert_eq!(summary["verdict"], "pass", "{what}: {summary:#}");
+        Ok(summary)
+    }
+}
+
 fn read_json(path: &Path) -> anyhow::Result<Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
