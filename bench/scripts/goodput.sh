@@ -70,10 +70,6 @@ SIM_NODES=${SIM_NODES:-1000}
 SIM_PATCH=${SIM_PATCH:-100/s}
 SIM_STORM=${SIM_STORM:-180}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
-BIN_DIR=${BIN_DIR:-$ROOT/target/release}
-SIM_BIN=$BIN_DIR/tollgate-bench
-TOLLGATE_BIN=$BIN_DIR/tollgate
-LOADGEN_BIN=$BIN_DIR/loadgen
 TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
 [[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
 

@@ -133,9 +133,13 @@ else:
 open(path, "w").write(text)
 PY
 }
-# The release tollgate-bench, tollgate and loadgen: built unless SKIP_BUILD is set, then checked.
-# Needs ROOT, SIM_BIN, TOLLGATE_BIN and LOADGEN_BIN from the caller.
+# The release tollgate-bench, tollgate and loadgen in BIN_DIR (default target/release): built
+# unless SKIP_BUILD is set, then checked; sets SIM_BIN, TOLLGATE_BIN and LOADGEN_BIN.
 release_binaries() {
+    BIN_DIR=${BIN_DIR:-$ROOT/target/release}
+    SIM_BIN=$BIN_DIR/tollgate-bench
+    TOLLGATE_BIN=$BIN_DIR/tollgate
+    LOADGEN_BIN=$BIN_DIR/loadgen
     if [[ -z "${SKIP_BUILD:-}" ]]; then
         (cd "$ROOT" && cargo build --release --locked -p bench -p tollgate -p loadgen \
             --bin tollgate-bench --bin tollgate --bin loadgen) >&2

@@ -54,10 +54,6 @@ POD_BYTES=${POD_BYTES:-2048}
 PATCH_RATE=${PATCH_RATE:-100/s}
 SIM_FLAGS=${SIM_FLAGS:-}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
-BIN_DIR=${BIN_DIR:-$ROOT/target/release}
-SIM_BIN=$BIN_DIR/tollgate-bench
-TOLLGATE_BIN=$BIN_DIR/tollgate
-LOADGEN_BIN=$BIN_DIR/loadgen
 COMMAND="bench/scripts/protection.sh"
 for v in RUN_SECONDS SWEEP STORM NODES PODS POD_BYTES PATCH_RATE SIM_FLAGS; do
     default_of() { case $1 in
