@@ -90,6 +90,30 @@
 //! - **Hold** otherwise: no signal (too few protected requests), idle, or
 //!   in the band.
 //!
+//! ## The tail: the target's own 1%
+//! The short window steers fast; whether the target holds is decided over
+//! the minute (see [`super::signal`]'s tail): the share of protected
+//! requests over the target, against the 1% a p99 allows
+//! ([`TAIL_BUDGET`]). It enters the rules three ways.
+//! - A short window over the set point cuts only if the tail has spent
+//!   more than `SET_POINT` of its budget: one pause of the apiserver that
+//!   slowed three heartbeats of a healthy minute is what the 1% is for (on
+//!   the real apiserver such a cut, from 168 to 65 MB, cost half a run's
+//!   LISTs). In an overload every heartbeat is slow, and the budget is
+//!   spent within a second.
+//! - Growth needs the tail under `HEADROOM` of its budget too. On the
+//!   simulator each LIST slowed one or two heartbeats, which the short
+//!   window never shows; the level grew until fifteen LISTs a minute put
+//!   the run's p99 at the target's edge (45–55 ms against 50).
+//! - A tail over its whole budget cuts by `clamp(budget/share, 0.5, 0.9)`
+//!   even with the short window healthy, at most once per half
+//!   [`super::signal::TAIL_WINDOW`] (the tail still holds the samples from
+//!   before the last cut for that long).
+//!
+//! With too few protected requests for a 1% tail
+//! ([`super::signal::TAIL_MIN_SAMPLES`] a minute), the short window
+//! decides alone, as before.
+//!
 //! Properties (tested): the level and both outputs stay within their
 //! bounds whatever is observed; a sustained violation with heavy requests
 //! in flight drives the level down to its minimum; after it ends, demand
@@ -102,6 +126,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::settings::Bounds;
+use super::signal::{Tail, TAIL_WINDOW};
 
 /// The rate lets the in-flight level turn over once in this time.
 pub const TURNOVER: Duration = Duration::from_secs(4);
@@ -122,6 +147,8 @@ pub const SLOW_START_GROWTH: f64 = 1.3;
 pub const GROWTH: f64 = 1.125;
 /// Admitted bytes are summed over this long to measure use.
 pub const USE_WINDOW: Duration = Duration::from_secs(10);
+/// The share of protected requests a p99 target lets be slower.
+pub const TAIL_BUDGET: f64 = 0.01;
 /// The smallest and largest cut.
 const CUT_RANGE: (f64, f64) = (0.5, 0.9);
 /// How far over the target a 429/5xx from the apiserver counts.
@@ -148,6 +175,9 @@ pub struct Observation {
     pub waiting: f64,
     /// 429s and 5xx the apiserver answered since the last step.
     pub upstream_errors: u64,
+    /// The protected requests of the last minute against the target;
+    /// `None`: too few to speak of a 1% tail.
+    pub tail: Option<Tail>,
 }
 
 /// Slow start until the first decrease, then proportional growth.
@@ -166,8 +196,12 @@ pub enum Action {
     Decrease,
     /// Over the target, but the last decrease has not taken effect yet.
     HoldDraining,
-    /// Between `HEADROOM`·target and `SET_POINT`·target.
+    /// Between `HEADROOM`·target and `SET_POINT`·target, or the tail
+    /// between `HEADROOM` and all of its budget.
     HoldBand,
+    /// The short window over the set point, but the tail within its
+    /// budget: a pause the target's 1% absorbs.
+    HoldSpike,
     /// Healthy, but nothing waited for the budget.
     HoldIdle,
     /// Healthy and wanted, but the last change has not shown yet.
@@ -352,40 +386,34 @@ impl Controller {
             return Action::HoldNoSignal;
         };
         let busy = self.peak > 0.0 || o.inflight_count > 0;
+        // The tail's share of its budget; unknown counts as spent, so
+        // that the short window decides alone.
+        let spent = o.tail.map(|t| t.share() / TAIL_BUDGET);
         if ratio > 1.0 {
             self.evidence_since = now;
             if !busy {
                 // Not ours to fix: nothing heavy was running.
                 return Action::HoldIdle;
             }
-            let held = self.last_decrease.is_some_and(|d| {
-                let drained = self
-                    .drained_at
-                    .is_some_and(|t| now.saturating_duration_since(t) >= HOLD_AFTER_DRAIN);
-                !drained && now.saturating_duration_since(d) < MAX_HOLD
-            });
-            if held {
-                return Action::HoldDraining;
+            if o.upstream_errors == 0 && spent.is_some_and(|s| s <= SET_POINT) {
+                return Action::HoldSpike;
             }
-            let (lo, _) = self.range();
-            if self.level <= lo {
-                return Action::HoldBound;
-            }
-            let cut = (1.0 / ratio).clamp(CUT_RANGE.0, CUT_RANGE.1);
-            let level = self.level.min(self.used()) * cut;
-            // A cut at one request at a time says that request was heavy
-            // (the first LIST from a cold etcd always is), not where the
-            // budget's edge is: slow start goes on.
-            if !self.one_request {
-                self.phase = Phase::Steady;
-            }
-            self.change(level, now);
-            self.last_decrease = Some(now);
-            self.drained_at = (o.inflight_used <= self.inflight()).then_some(now);
-            self.decreases += 1;
-            return Action::Decrease;
+            return self.decrease((1.0 / ratio).clamp(CUT_RANGE.0, CUT_RANGE.1), o, now);
         }
-        if o.upstream_errors > 0 || ratio > HEADROOM / SET_POINT {
+        if let Some(spent) = spent.filter(|s| *s > 1.0) {
+            self.evidence_since = now;
+            let recent_cut = self
+                .last_decrease
+                .is_some_and(|d| now.saturating_duration_since(d) < TAIL_WINDOW / 2);
+            if busy && !recent_cut {
+                return self.decrease((1.0 / spent).clamp(CUT_RANGE.0, CUT_RANGE.1), o, now);
+            }
+            return Action::HoldBand;
+        }
+        if o.upstream_errors > 0
+            || ratio > HEADROOM / SET_POINT
+            || spent.is_some_and(|s| s > HEADROOM)
+        {
             self.evidence_since = now;
             return Action::HoldBand;
         }
@@ -425,6 +453,36 @@ impl Controller {
         self.change(self.level * factor, now);
         self.increases += 1;
         Action::Increase
+    }
+
+    /// Cut the level by `cut` (of what is used), unless the last cut has
+    /// not shown yet or the level is at its minimum.
+    fn decrease(&mut self, cut: f64, o: &Observation, now: Instant) -> Action {
+        let held = self.last_decrease.is_some_and(|d| {
+            let drained = self
+                .drained_at
+                .is_some_and(|t| now.saturating_duration_since(t) >= HOLD_AFTER_DRAIN);
+            !drained && now.saturating_duration_since(d) < MAX_HOLD
+        });
+        if held {
+            return Action::HoldDraining;
+        }
+        let (lo, _) = self.range();
+        if self.level <= lo {
+            return Action::HoldBound;
+        }
+        let level = self.level.min(self.used()) * cut;
+        // A cut at one request at a time says that request was heavy
+        // (the first LIST from a cold etcd always is), not where the
+        // budget's edge is: slow start goes on.
+        if !self.one_request {
+            self.phase = Phase::Steady;
+        }
+        self.change(level, now);
+        self.last_decrease = Some(now);
+        self.drained_at = (o.inflight_used <= self.inflight()).then_some(now);
+        self.decreases += 1;
+        Action::Decrease
     }
 
     pub fn view(&self, now: Instant) -> ControllerView {

@@ -28,7 +28,17 @@ fn obs(p99_ms: Option<u64>, used: f64, count: usize, waited: bool) -> Observatio
         admitted: 0.0,
         waiting: if waited { 1.0 } else { 0.0 },
         upstream_errors: 0,
+        tail: None,
     }
+}
+
+/// A minute's tail: `slow` of 1,200 protected requests over the target.
+fn tail(slow: usize) -> Option<Tail> {
+    Some(Tail {
+        samples: 1200,
+        slow,
+        span: Duration::from_secs(60),
+    })
 }
 
 #[test]
@@ -171,15 +181,8 @@ fn a_level_grown_for_old_demand_is_cut_to_what_is_used() {
 fn apiserver_errors_count_as_a_violation() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    for s in 1..=3 {
-        c.note_completion(t0 + ms(s * 2000 - 1900));
-        assert_eq!(
-            c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(s * 2000)),
-            Action::Increase
-        );
-    }
-    let level = 4.0 * MB * SLOW_START_GROWTH.powi(3);
-    assert!((c.level() - level).abs() < 1.0);
+    let level = three_increases(&mut c, t0);
+    assert!((level - 4.0 * MB * SLOW_START_GROWTH.powi(3)).abs() < 1.0);
     let o = Observation {
         upstream_errors: 3,
         ..obs(Some(10), level, 1, true)
@@ -219,7 +222,7 @@ proptest! {
         b in arb_bounds(),
         b2 in arb_bounds(),
         steps in proptest::collection::vec(
-            (0u64..3000, proptest::option::of(0u64..500), 0.0f64..1e9, 0usize..5, 0.0f64..2e9, 0u64..3, 0u8..20),
+            (0u64..3000, proptest::option::of(0u64..500), 0.0f64..1e9, 0usize..5, 0.0f64..2e9, 0u64..3, 0u8..20, 0usize..40),
             1..300,
         ),
     ) {
@@ -228,7 +231,7 @@ proptest! {
         let mut bounds = b;
         let mut now = t0;
         within(&c, &bounds)?;
-        for (gap, p99, used, count, waiting, errors, extra) in steps {
+        for (gap, p99, used, count, waiting, errors, extra, slow) in steps {
             now += ms(gap);
             if extra == 0 {
                 bounds = b2;
@@ -240,6 +243,7 @@ proptest! {
                 upstream_errors: errors.saturating_sub(1),
                 admitted: used / 4.0,
                 waiting,
+                tail: tail(slow),
                 ..obs(p99, used, count, false)
             };
             c.step(&o, now);
@@ -400,4 +404,82 @@ fn a_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
     );
     assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(12_000)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB, "one request at a time again");
+}
+
+/// Three slow-start increases, each on evidence, by `t0` + 6 s: the level.
+fn three_increases(c: &mut Controller, t0: Instant) -> f64 {
+    for s in 1..=3 {
+        c.note_completion(t0 + ms(s * 2000 - 1900));
+        assert_eq!(
+            c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(s * 2000)),
+            Action::Increase
+        );
+    }
+    c.level()
+}
+
+#[test]
+fn a_pause_the_minutes_tail_absorbs_cuts_nothing() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let level = three_increases(&mut c, t0);
+    // 170 ms in the short window, 3 of the minute's 1,200 heartbeats slow.
+    let pause = Observation {
+        tail: tail(3),
+        ..obs(Some(170), level, 2, true)
+    };
+    assert_eq!(c.step(&pause, t0 + ms(6500)), Action::HoldSpike);
+    assert_eq!(c.level(), level);
+    // The same with the tail's budget spent: an overload, cut by half.
+    let overload = Observation {
+        tail: tail(13),
+        ..obs(Some(170), level, 2, true)
+    };
+    assert_eq!(c.step(&overload, t0 + ms(7000)), Action::Decrease);
+    assert!((c.level() - level / 2.0).abs() < 1.0);
+}
+
+#[test]
+fn the_tail_stops_growth_and_cuts_once_when_spent() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let level = three_increases(&mut c, t0);
+    // The short window healthy, but 9 of 1,200 slow (0.75%, over HEADROOM
+    // of the 1% budget): no growth.
+    c.note_completion(t0 + ms(6100));
+    let nine = Observation {
+        tail: tail(9),
+        ..obs(Some(10), level, 1, true)
+    };
+    assert_eq!(c.step(&nine, t0 + ms(8000)), Action::HoldBand);
+    assert_eq!(c.level(), level);
+    // 15 of 1,200 (1.25%): cut by 1/1.25, from what is used.
+    let fifteen = Observation {
+        tail: tail(15),
+        ..obs(Some(10), level, 1, true)
+    };
+    assert_eq!(c.step(&fifteen, t0 + ms(9000)), Action::Decrease);
+    assert!((c.level() - level * 0.8).abs() < 1.0);
+    assert_eq!(c.phase(), Phase::Steady);
+    // The tail still holds the samples from before the cut: no second cut
+    // for half a window, however drained.
+    for s in 1..30 {
+        let o = Observation {
+            tail: tail(15),
+            ..obs(Some(10), 0.0, 0, true)
+        };
+        assert_eq!(c.step(&o, t0 + ms(9000 + s * 1000)), Action::HoldBand);
+    }
+    let o = Observation {
+        tail: tail(15),
+        ..obs(Some(10), 0.0, 1, true)
+    };
+    assert_eq!(c.step(&o, t0 + ms(39_500)), Action::Decrease);
+    // Under HEADROOM of the budget (7 of 1,200), with evidence: growth again.
+    c.note_completion(t0 + ms(40_000));
+    let seven = Observation {
+        tail: tail(7),
+        ..obs(Some(10), 0.0, 0, true)
+    };
+    assert_eq!(c.step(&seven, t0 + ms(42_000)), Action::Increase);
 }

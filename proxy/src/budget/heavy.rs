@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::adaptive::{Action, Controller, ControllerView, Observation};
 use super::inflight::InflightBudget;
 use super::settings::{Adaptive, QuotaMode};
-use super::signal::{Signal, SignalView};
+use super::signal::{Signal, SignalView, Tail};
 
 /// The adaptive pool's burst, in seconds of its rate.
 pub const BURST: Duration = Duration::from_secs(1);
@@ -85,9 +85,23 @@ pub struct BudgetView {
     pub signal_source: &'static str,
     /// That signal's p99, seconds (`None`: too few samples).
     pub p99_seconds: Option<f64>,
+    /// That signal's last minute against the target (`None`: too few
+    /// samples for a 1% tail).
+    pub tail: Option<TailView>,
     pub signal: SignalView,
     pub workload_signal: SignalView,
     pub controller: ControllerView,
+}
+
+/// The tail as `/debug/budget` shows it.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TailView {
+    pub samples: usize,
+    /// Samples over the target.
+    pub slow: usize,
+    /// Their share of a whole minute's samples (the 1% budget's measure).
+    pub slow_share: f64,
 }
 
 impl HeavyBudget {
@@ -242,12 +256,22 @@ impl HeavyBudget {
         ("protected", None, target)
     }
 
+    /// The tail of the signal `source` names.
+    fn tail(&mut self, source: &str, target: Duration, now: Instant) -> Option<Tail> {
+        match source {
+            "protected" => self.signal.tail(target, now),
+            _ => self.fallback.tail(target, now),
+        }
+    }
+
     /// One controller step: returns what it did (static mode: nothing) and
     /// the new limits to apply.
     pub fn step(&mut self, now: Instant) -> (Option<Action>, Limits) {
-        let (_, p99, target) = self.signal(now);
+        let (source, p99, target) = self.signal(now);
         let window = self.inflight.take_window();
+        let tail = self.tail(source, target, now);
         let o = Observation {
+            tail,
             p99,
             target,
             inflight_used: self.inflight.used(),
@@ -287,8 +311,14 @@ impl HeavyBudget {
     pub fn view(&mut self, now: Instant) -> BudgetView {
         let limits = self.limits();
         let (source, p99, target) = self.signal(now);
+        let tail = self.tail(source, target, now).map(|t| TailView {
+            samples: t.samples,
+            slow: t.slow,
+            slow_share: t.share(),
+        });
         BudgetView {
             p99_seconds: p99.map(|p| p.as_secs_f64()),
+            tail,
             mode: self.mode.as_str(),
             bytes_per_second: limits.rate,
             burst_bytes: limits.burst,
