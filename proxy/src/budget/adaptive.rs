@@ -97,10 +97,14 @@
 //! ([`TAIL_BUDGET`]). It enters the rules three ways.
 //! - A short window over the set point cuts only if the tail has spent
 //!   more than `SET_POINT` of its budget: one pause of the apiserver that
-//!   slowed three heartbeats of a healthy minute is what the 1% is for (on
-//!   the real apiserver such a cut, from 168 to 65 MB, cost half a run's
-//!   LISTs). In an overload every heartbeat is slow, and the budget is
-//!   spent within a second.
+//!   slowed three heartbeats of a healthy minute is what the 1% is for
+//!   (on the simulator, at one LIST at a time, each LIST's pause cut the
+//!   level and the next step put it back, every 2.5 s). In an overload
+//!   every heartbeat is slow, and the budget is spent within a second or
+//!   so. But right after a slow-start multiplication any spike cuts: it is
+//!   the likeliest onset of what the step let in, and on the real
+//!   apiserver the heartbeats' median tripled over the 3 s the tail took
+//!   to fill after one.
 //! - Growth needs the tail under `HEADROOM` of its budget too. On the
 //!   simulator each LIST slowed one or two heartbeats, which the short
 //!   window never shows; the level grew until fifteen LISTs a minute put
@@ -226,6 +230,8 @@ pub struct Controller {
     last_decrease: Option<Instant>,
     /// The level is one request at a time (set by the step up to it).
     one_request: bool,
+    /// The last change was a slow-start multiplication.
+    multiplied: bool,
     /// After a decrease: when the bytes in flight fell under the budget.
     drained_at: Option<Instant>,
     /// Peak bytes in flight since the last change.
@@ -267,6 +273,7 @@ impl Controller {
             completions: 0,
             last_decrease: None,
             one_request: false,
+            multiplied: false,
             drained_at: None,
             peak: 0.0,
             waiting: 0.0,
@@ -331,6 +338,7 @@ impl Controller {
 
     fn change(&mut self, level: f64, now: Instant) {
         self.one_request = false;
+        self.multiplied = false;
         let (lo, hi) = self.range();
         self.level = level.clamp(lo, hi);
         self.changed_at = now;
@@ -395,7 +403,10 @@ impl Controller {
                 // Not ours to fix: nothing heavy was running.
                 return Action::HoldIdle;
             }
-            if o.upstream_errors == 0 && spent.is_some_and(|s| s <= SET_POINT) {
+            // Just after a slow-start multiplication a spike is the likeliest
+            // onset of the overload it let in, and waiting for the tail to
+            // fill costs seconds of slow heartbeats.
+            if !self.multiplied && o.upstream_errors == 0 && spent.is_some_and(|s| s <= SET_POINT) {
                 return Action::HoldSpike;
             }
             return self.decrease((1.0 / ratio).clamp(CUT_RANGE.0, CUT_RANGE.1), o, now);
@@ -451,6 +462,7 @@ impl Controller {
             Phase::Steady => GROWTH,
         };
         self.change(self.level * factor, now);
+        self.multiplied = self.phase == Phase::SlowStart;
         self.increases += 1;
         Action::Increase
     }

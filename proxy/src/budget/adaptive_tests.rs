@@ -422,12 +422,20 @@ fn three_increases(c: &mut Controller, t0: Instant) -> f64 {
 fn a_pause_the_minutes_tail_absorbs_cuts_nothing() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let level = three_increases(&mut c, t0);
-    // 170 ms in the short window, 3 of the minute's 1,200 heartbeats slow.
+    let grown = three_increases(&mut c, t0);
+    // 170 ms in the short window, 3 of the minute's 1,200 heartbeats slow,
+    // right after a slow-start step: a cut all the same (the onset of what
+    // the step let in).
     let pause = Observation {
         tail: tail(3),
-        ..obs(Some(170), level, 2, true)
+        ..obs(Some(170), grown, 2, true)
     };
+    assert_eq!(c.step(&pause, t0 + ms(6500)), Action::Decrease);
+    assert_eq!(c.phase(), Phase::Steady);
+    let level = c.level();
+    assert!((level - grown / 2.0).abs() < 1.0);
+    // Any other time, the tail absorbs it (once the cut has drained).
+    let t0 = t0 + ms(6500) + MAX_HOLD;
     assert_eq!(c.step(&pause, t0 + ms(6500)), Action::HoldSpike);
     assert_eq!(c.level(), level);
     // The same with the tail's budget spent: an overload, cut by half.
@@ -436,7 +444,9 @@ fn a_pause_the_minutes_tail_absorbs_cuts_nothing() {
         ..obs(Some(170), level, 2, true)
     };
     assert_eq!(c.step(&overload, t0 + ms(7000)), Action::Decrease);
-    assert!((c.level() - level / 2.0).abs() < 1.0);
+    let floor = c.range().0;
+    assert!(level / 2.0 < floor, "this cut reaches the floor");
+    assert_eq!(c.level(), floor);
 }
 
 #[test]
@@ -482,4 +492,26 @@ fn the_tail_stops_growth_and_cuts_once_when_spent() {
         ..obs(Some(10), 0.0, 0, true)
     };
     assert_eq!(c.step(&seven, t0 + ms(42_000)), Action::Increase);
+}
+
+#[test]
+fn a_spike_at_one_request_at_a_time_is_left_to_the_tail() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    // A 62 MB LIST waits: the level steps to it (one at a time), in slow start.
+    let waiting = Observation {
+        waiting: 62.0 * MB,
+        tail: tail(4),
+        ..obs(Some(10), 0.0, 0, false)
+    };
+    assert_eq!(c.step(&waiting, t0 + ms(500)), Action::Increase);
+    assert_eq!(c.phase(), Phase::SlowStart);
+    // Its pause slows a few heartbeats: the minute's tail has room for it.
+    let pause = Observation {
+        waiting: 62.0 * MB,
+        tail: tail(6),
+        ..obs(Some(70), 62.0 * MB, 1, false)
+    };
+    assert_eq!(c.step(&pause, t0 + ms(2500)), Action::HoldSpike);
+    assert_eq!(c.level(), 62.0 * MB);
 }
