@@ -52,6 +52,10 @@
 #   PROXIES="…"      which proxies (default: tollgate-dryRun tollgate-off tollgate-enforce
 #                    minproxy nginx haproxy)
 #   PIN=cpu          also pin every proxy to this CPU with taskset (default: unpinned)
+#   PROFILE=1        after the rounds, one more h2 small-GET run per proxy under `perf record`
+#                    (not counted in the CPU figures): the share of each proxy's CPU samples by
+#                    component (kernel, TLS, HTTP/2, hyper, tokio, the allocator, tollgate, …),
+#                    written as a table into the section; perf.data kept in the run's directory
 #   RESULTS=path     where to write the results (default bench/RESULTS.md; "-" prints only)
 set -euo pipefail
 
@@ -441,6 +445,29 @@ if has tollgate-dryRun; then
     done
     SCRAPES=$(wc -l <"$TMP/scrapes")
 fi
+# The profile pass (PROFILE=1): where each proxy's CPU goes on HTTP/2, by component.
+PROFILE_TABLE=""
+if [[ -n "${PROFILE:-}" ]]; then
+    command -v perf >/dev/null || die "PROFILE=1 needs perf (Debian's linux-perf)"
+    for p in "${PROXIES[@]}"; do
+        perf record -F 1999 -p "${PID[$p]}" -o "$TMP/perf.$p.data" >"$TMP/perf.$p.log" 2>&1 &
+        rec=$!
+        PIDS+=("$rec")
+        loadgen_run "${URL[$p]}" h2 "$OFFERED" "$DURATION" "$INFLIGHT" "$INFLIGHT" "$TMP/lg.perf.$p"
+        kill -INT "$rec" 2>/dev/null || true
+        wait "$rec" 2>/dev/null || true
+        perf report -i "$TMP/perf.$p.data" --stdio --no-children --sort dso,sym --percent-limit 0 \
+            >"$TMP/perf.$p.txt" 2>/dev/null || die "perf report failed for $p; see $TMP/perf.$p.log"
+        log "profiled $p (h2): $TMP/perf.$p.txt"
+    done
+    # Each proxy with its measured CPU per h2 GET, so that shares become microseconds.
+    args=()
+    for p in "${PROXIES[@]}"; do
+        args+=("$p=$(awk -v t="${T[$p.h2]}" -v n="${N[$p.h2]}" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", t / hz / n * 1e6}')")
+    done
+    PROFILE_TABLE=$(python3 "$ROOT/bench/scripts/perf_components.py" "$TMP" "${args[@]}") ||
+        die "could not group the profiles"
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A HWM
 for p in "${PROXIES[@]}"; do
@@ -521,7 +548,7 @@ CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 SECTION=$(cat <<EOF
 ## tollgate in the deployed shape (issue 21)
 
-\`ROUNDS=$ROUNDS DURATION=$DURATION LAT_DURATION=$LAT_DURATION bash bench/scripts/tls-bench.sh\`
+\`${PROFILE:+PROFILE=1 }ROUNDS=$ROUNDS DURATION=$DURATION LAT_DURATION=$LAT_DURATION bash bench/scripts/tls-bench.sh\`
 (OFFERED=$OFFERED/s, INFLIGHT=$INFLIGHT, BIG_CONNS=$BIG_CONNS, BIG_GETS=$BIG_GETS${PIN:+, PIN=$PIN}), release
 builds, run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($CPU_MODEL): load average $LOAD_BEFORE
 before, $LOAD_AFTER after. $("$NGINX" -v 2>&1 | sed 's/.*: //'), HAProxy $("$HAPROXY" -v | awk 'NR == 1 {print $3}').
@@ -547,6 +574,8 @@ intended start; "added" is against the upstream directly.
 $TABLE
 
 $RATIOS
+${PROFILE_TABLE:+
+$PROFILE_TABLE}
 EOF
 )
 echo "$SECTION"
