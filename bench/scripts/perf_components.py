@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Group `perf report --stdio --no-children --sort dso,sym` output by component, per proxy.
 
-Usage: perf_components.py DIR PROXY[=US]...   (reads DIR/perf.PROXY.txt; tls-bench.sh PROFILE=1)
+Usage: perf_components.py DIR WHAT PROXY[=US]...
+  reads DIR/perf.PROXY.WHAT.txt (tls-bench.sh PROFILE=1; WHAT is h1 or h2)
 
 Prints a Markdown table: one row per component, one column per proxy, each cell the share of that
 proxy's CPU samples and, given the proxy's CPU time per request US (µs), that share of it. A Rust symbol goes to the first crate other than std, core and alloc named in it, left to
@@ -76,20 +77,20 @@ def shares(path):
 
 
 def main():
-    if len(sys.argv) < 3:
-        sys.exit("usage: perf_components.py DIR PROXY...")
-    d = sys.argv[1]
+    if len(sys.argv) < 4:
+        sys.exit("usage: perf_components.py DIR WHAT PROXY[=US]...")
+    d, what = sys.argv[1], sys.argv[2]
     proxies, per_request = [], {}
-    for arg in sys.argv[2:]:
+    for arg in sys.argv[3:]:
         name, _, us = arg.partition("=")
         proxies.append(name)
         if us:
             per_request[name] = float(us)
-    table = {p: shares(f"{d}/perf.{p}.txt") for p in proxies}
+    table = {p: shares(f"{d}/perf.{p}.{what}.txt") for p in proxies}
     rows = [name for name, _ in COMPONENTS if any(table[p].get(name, 0) >= 0.05 for p in proxies)]
-    print("Profile, one h2 small-GET run per proxy under `perf record` (not in the CPU figures): "
-          "share of each proxy's CPU samples by component, and that share of its CPU per h2 GET "
-          "measured above.")
+    print(f"Profile, {what}: one small-GET run per proxy under `perf record` (not in the CPU "
+          f"figures): share of each proxy's CPU samples by component, and that share of its CPU "
+          f"per {what} GET measured above.")
     print()
     print("| component | " + " | ".join(proxies) + " |")
     print("|---|" + "---|" * len(proxies))
@@ -102,7 +103,7 @@ def main():
     for r in rows:
         print(f"| {r} | " + " | ".join(cell(p, r) for p in proxies) + " |")
     if per_request:
-        print("| **CPU per h2 GET** | " + " | ".join(
+        print(f"| **CPU per {what} GET** | " + " | ".join(
             f"{per_request[p]:.1f} µs" if p in per_request else "" for p in proxies) + " |")
 
 

@@ -33,7 +33,7 @@
 # LISTs. CPU = utime+stime of the proxy process (/proc/PID/stat) before/after each run. After the
 # rounds, the latency phase: loadgen open loop at half the slowest proxy's maximum rate (h1 and h2)
 # against the upstream directly and through each proxy; added p99 = proxy p99 - direct p99; and
-# tollgate-dryRun once more while /debug/patterns is scraped every 100 ms.
+# tollgate-dryRun once more while /debug/patterns is scraped every 100 ms (and minproxy, as the control).
 # Writes the section "tollgate in the deployed shape (issue 21)" of bench/RESULTS.md and prints it.
 # A benchmark, not a CI test. Loopback only; everything it starts is killed by pid on exit.
 #
@@ -52,7 +52,7 @@
 #   PROXIES="…"      which proxies (default: tollgate-dryRun tollgate-off tollgate-enforce
 #                    minproxy nginx haproxy)
 #   PIN=cpu          also pin every proxy to this CPU with taskset (default: unpinned)
-#   PROFILE=1        after the rounds, one more h2 small-GET run per proxy under `perf record`
+#   PROFILE=1        after the rounds, one more small-GET run per proxy and protocol under `perf record`
 #                    (not counted in the CPU figures): the share of each proxy's CPU samples by
 #                    component (kernel, TLS, HTTP/2, hyper, tokio, the allocator, tollgate, …),
 #                    written as a table into the section; perf.data kept in the run's directory
@@ -428,45 +428,55 @@ LOADGEN_TLS=("${LOADGEN_TLS_USER[@]}")
 for p in "${PROXIES[@]}"; do
     for w in h1 h2; do latency "$p" "${URL[$p]}" "$w"; done
 done
-# tollgate-dryRun again while /debug/patterns is scraped every 100 ms (the sleep is the scrape
-# interval, not a wait): the scrape must not stall requests.
+# tollgate-dryRun again while its /debug/patterns is scraped every 100 ms: the scrape must not
+# stall requests. The scraper is one curl process on one kept-alive connection (--rate), so its
+# own CPU is small and steady; as a control, minproxy's latency run again with the same scraper
+# (still scraping tollgate-dryRun, which then serves no requests): what the scraper's CPU does to
+# any proxy on these two cores, against which tollgate's difference is read.
 if has tollgate-dryRun; then
     : >"$TMP/scrapes"
-    for w in h1 h2; do
-        (while :; do
-            curl -s -o /dev/null "${ADMIN[tollgate-dryRun]}/debug/patterns" && echo >>"$TMP/scrapes"
-            sleep 0.1
-        done) &
+    scrapes=$(((LAT_DURATION + WARMUP) * 10 + 50))
+    with_scraper() { # with_scraper NAME URL h1|h2
+        # Line-buffered: the scraper is killed when the run ends, and what it buffered is lost.
+        stdbuf -oL curl -s --rate 10/s -o /dev/null -w '%{http_code}\n' \
+            "${ADMIN[tollgate-dryRun]}/debug/patterns?n=[1-$scrapes]" >>"$TMP/scrapes" &
         scraper=$!
         PIDS+=("$scraper")
-        latency scraped "${URL[tollgate-dryRun]}" "$w"
+        latency "$1" "$2" "$3"
         kill "$scraper" 2>/dev/null || true
         wait "$scraper" 2>/dev/null || true
+    }
+    for w in h1 h2; do
+        with_scraper scraped "${URL[tollgate-dryRun]}" "$w"
+        ! has minproxy || with_scraper scraped-minproxy "${URL[minproxy]}" "$w"
     done
-    SCRAPES=$(wc -l <"$TMP/scrapes")
+    SCRAPES=$(grep -c "^200$" "$TMP/scrapes" || true)
 fi
-# The profile pass (PROFILE=1): where each proxy's CPU goes on HTTP/2, by component.
+# The profile pass (PROFILE=1): where each proxy's CPU goes, by component, on h1 and on h2.
 PROFILE_TABLE=""
 if [[ -n "${PROFILE:-}" ]]; then
     command -v perf >/dev/null || die "PROFILE=1 needs perf (Debian's linux-perf)"
-    for p in "${PROXIES[@]}"; do
-        perf record -F 1999 -p "${PID[$p]}" -o "$TMP/perf.$p.data" >"$TMP/perf.$p.log" 2>&1 &
-        rec=$!
-        PIDS+=("$rec")
-        loadgen_run "${URL[$p]}" h2 "$OFFERED" "$DURATION" "$INFLIGHT" "$INFLIGHT" "$TMP/lg.perf.$p"
-        kill -INT "$rec" 2>/dev/null || true
-        wait "$rec" 2>/dev/null || true
-        perf report -i "$TMP/perf.$p.data" --stdio --no-children --sort dso,sym --percent-limit 0 \
-            >"$TMP/perf.$p.txt" 2>/dev/null || die "perf report failed for $p; see $TMP/perf.$p.log"
-        log "profiled $p (h2): $TMP/perf.$p.txt"
+    for w in h1 h2; do
+        args=()
+        for p in "${PROXIES[@]}"; do
+            perf record -F 1999 -p "${PID[$p]}" -o "$TMP/perf.$p.$w.data" >"$TMP/perf.$p.$w.log" 2>&1 &
+            rec=$!
+            PIDS+=("$rec")
+            loadgen_run "${URL[$p]}" "$w" "$OFFERED" "$DURATION" "$INFLIGHT" "$INFLIGHT" "$TMP/lg.perf.$p.$w"
+            kill -INT "$rec" 2>/dev/null || true
+            wait "$rec" 2>/dev/null || true
+            perf report -i "$TMP/perf.$p.$w.data" --stdio --no-children --sort dso,sym --percent-limit 0 \
+                >"$TMP/perf.$p.$w.txt" 2>/dev/null || die "perf report failed for $p; see $TMP/perf.$p.$w.log"
+            log "profiled $p ($w): $TMP/perf.$p.$w.txt"
+            # With its measured CPU per GET, so that shares become microseconds.
+            args+=("$p=$(awk -v t="${T[$p.$w]}" -v n="${N[$p.$w]}" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", t / hz / n * 1e6}')")
+        done
+        table=$(python3 "$ROOT/bench/scripts/perf_components.py" "$TMP" "$w" "${args[@]}") ||
+            die "could not group the profiles"
+        PROFILE_TABLE="$PROFILE_TABLE${PROFILE_TABLE:+
+
+}$table"
     done
-    # Each proxy with its measured CPU per h2 GET, so that shares become microseconds.
-    args=()
-    for p in "${PROXIES[@]}"; do
-        args+=("$p=$(awk -v t="${T[$p.h2]}" -v n="${N[$p.h2]}" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", t / hz / n * 1e6}')")
-    done
-    PROFILE_TABLE=$(python3 "$ROOT/bench/scripts/perf_components.py" "$TMP" "${args[@]}") ||
-        die "could not group the profiles"
 fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A HWM
@@ -539,9 +549,14 @@ if has "$T0"; then
     fi
     for w in h1 h2; do
         x=$(added "${P99[$T0.$w]}" "${P99[direct.$w]}")
-        line "- $w: $T0's added p99 at $LAT_RATE/s: **$x ms** (target < $P99_TARGET_MS ms: $(lt_verdict "$x" "$P99_TARGET_MS")); with /debug/patterns scraped every 100 ms: p99 ${P99[scraped.$w]} ms, added $(added "${P99[scraped.$w]}" "${P99[direct.$w]}") ms."
+        line "- $w: $T0's added p99 at $LAT_RATE/s: **$x ms** (target < $P99_TARGET_MS ms: $(lt_verdict "$x" "$P99_TARGET_MS"))."
+        if has minproxy; then
+            line "- $w: with /debug/patterns scraped every 100 ms: $T0's p99 ${P99[scraped.$w]} ms (${P99[$T0.$w]} without, $(added "${P99[scraped.$w]}" "${P99[$T0.$w]}") ms); the control, minproxy with the same scraper running: ${P99[scraped-minproxy.$w]} ms (${P99[minproxy.$w]} without, $(added "${P99[scraped-minproxy.$w]}" "${P99[minproxy.$w]}") ms)."
+        else
+            line "- $w: with /debug/patterns scraped every 100 ms: $T0's p99 ${P99[scraped.$w]} ms (${P99[$T0.$w]} without)."
+        fi
     done
-    line "- /debug/patterns answered $SCRAPES scrapes during the two scraped runs ($((2 * (LAT_DURATION + WARMUP))) s)."
+    line "- /debug/patterns answered $SCRAPES scrapes with 200 during the scraped runs (10 a second)."
 fi
 
 CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
