@@ -187,9 +187,14 @@ impl Gateway {
     /// ([`crate::requestheader::learn_at_start`]); an error when tollgate must not start.
     pub async fn learn_identity_headers(&self) -> Result<(), Error> {
         let pool = &self.inner.pool;
-        crate::requestheader::learn_at_start(&self.config(), pool, pool.trusted_headers())
-            .await
-            .map_err(Error::IdentityHeaders)
+        crate::requestheader::learn_at_start(
+            &self.config(),
+            pool,
+            pool.trusted_headers(),
+            &self.inner.metrics,
+        )
+        .await
+        .map_err(Error::IdentityHeaders)
     }
 
     /// From now on `/readyz` says 503.

@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, Config, Mode};
 use crate::forward::UpstreamPool;
 use crate::identity::Identity;
+use crate::metrics::{Metrics, ResultLabel};
 use crate::snapshot::Snapshot;
 
 /// The ConfigMap kube-apiserver publishes its client-authentication settings in.
@@ -389,11 +390,12 @@ pub async fn learn_at_start(
     config: &Config,
     pool: &UpstreamPool,
     trusted: &Trusted,
+    metrics: &Metrics,
 ) -> Result<(), String> {
     if !pool.has_front_proxy() {
         return Ok(());
     }
-    match fetch(pool, read_timeout(config)).await {
+    match counted(fetch(pool, read_timeout(config)).await, metrics) {
         Ok(names) => {
             trusted.learn(&names);
             let t = trusted.get();
@@ -419,6 +421,7 @@ pub async fn learn_loop(
     config: Arc<config::Current>,
     pool: Arc<UpstreamPool>,
     trusted: Arc<Trusted>,
+    metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
     // Without a front-proxy certificate the apiserver reads no identity header from
@@ -435,7 +438,7 @@ pub async fn learn_loop(
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        match fetch(&pool, read_timeout(&c)).await {
+        match counted(fetch(&pool, read_timeout(&c)).await, &metrics) {
             Ok(names) => {
                 failing = false;
                 if trusted.learn(&names) {
@@ -452,6 +455,18 @@ pub async fn learn_loop(
             Err(e) => tracing::debug!(error = %e, "reading the identity headers failed"),
         }
     }
+}
+
+/// A read's result, counted in `tollgate_requestheader_reads_total`.
+fn counted<T, E>(read: Result<T, E>, metrics: &Metrics) -> Result<T, E> {
+    let result = if read.is_ok() { "ok" } else { "error" };
+    metrics
+        .requestheader_reads
+        .get_or_create(&ResultLabel {
+            result: result.into(),
+        })
+        .inc();
+    read
 }
 
 #[cfg(test)]

@@ -78,6 +78,7 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         gateway.current_config().clone(),
         pool.clone(),
         pool.trusted_headers().clone(),
+        gateway.metrics().clone(),
         stop.clone(),
     ));
     tokio::spawn(containers::container_loop(

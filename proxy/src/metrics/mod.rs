@@ -175,6 +175,8 @@ pub struct Metrics {
     pub budget_target: Gauge<f64, AtomicU64>,
     pub budget_unlearned: Gauge,
     pub scrape_failures: Family<ReasonLabel, Counter>,
+    /// Reads of `kube-system/extension-apiserver-authentication`, by result.
+    pub requestheader_reads: Family<ResultLabel, Counter>,
     pub guard_triggers: Family<CauseLabel, Counter>,
     pub cluster_size: Family<UnitLabel, Gauge>,
     pub rewrites: Counter,
@@ -233,6 +235,7 @@ impl Metrics {
             budget_target: Gauge::default(),
             budget_unlearned: Gauge::default(),
             scrape_failures: Family::default(),
+            requestheader_reads: Family::default(),
             guard_triggers: Family::default(),
             cluster_size: Family::default(),
             rewrites: Counter::default(),
@@ -267,6 +270,11 @@ impl Metrics {
                 .inc_by(0);
         }
         for result in RELOAD_RESULTS {
+            self.requestheader_reads
+                .get_or_create(&ResultLabel {
+                    result: result.into(),
+                })
+                .inc_by(0);
             self.reloads
                 .get_or_create(&ResultLabel {
                     result: result.into(),
@@ -561,6 +569,11 @@ fn register_budget(m: &Metrics, r: &mut Registry) {
         m.budget_unlearned.clone(),
     );
     r.register(
+        "tollgate_requestheader_reads",
+        "Reads of kube-system/extension-apiserver-authentication (the identity header names the apiserver trusts), by result (ok; error: the names known so far stay)",
+        m.requestheader_reads.clone(),
+    );
+    r.register(
         "tollgate_scrape_failures",
         "Failed scrapes of the apiserver's /metrics, by reason (forbidden, unauthorized, noIdentity, error): the priors and the restart detection go without",
         m.scrape_failures.clone(),
@@ -592,6 +605,7 @@ mod tests {
             "tollgate_quota_reconciled_bytes_total{direction=\"debt\"} 0",
             "tollgate_certificate_reloads_total{listener=\"client\",result=\"error\"} 0",
             "tollgate_certificate_reloads_total{listener=\"admin\",result=\"ok\"} 0",
+            "tollgate_requestheader_reads_total{result=\"error\"} 0",
         ] {
             assert!(text.lines().any(|l| l == series), "{series} in\n{text}");
         }

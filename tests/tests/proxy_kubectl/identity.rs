@@ -28,6 +28,16 @@ pub(crate) fn identity_is_the_clients(client: Scheme) -> anyhow::Result<()> {
         return stack.still_running();
     }
 
+    // With a front-proxy certificate tollgate reads the identity header names the upstream
+    // trusts before serving, and counts the read, whatever its result (the sim publishes no
+    // extension-apiserver-authentication).
+    let metrics = stack.proxy.admin_ok("/metrics")?;
+    let reads = kubeio::promtext::sum(&metrics, "tollgate_requestheader_reads_total");
+    assert!(
+        reads.is_some_and(|n| n >= 1.0),
+        "tollgate_requestheader_reads_total: {reads:?}"
+    );
+
     // The certificate user: CN and O reach the sim through the front-proxy headers.
     assert_eq!(
         whoami(&stack.carol()?)?,
