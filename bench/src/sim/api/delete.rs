@@ -131,10 +131,37 @@ pub async fn delete(
         }
         return Ok(o);
     }
-    api.storage
+    if def.group == "apiextensions.k8s.io" && def.name == "customresourcedefinitions" {
+        remove_custom_objects(api, name).await;
+    }
+    let gone = api
+        .storage
         .write(def, &k, None, Write::Delete)
         .await
-        .map_err(|e| store_status(e, def, name))
+        .map_err(|e| store_status(e, def, name))?;
+    if def.group.is_empty() && def.name == "services" {
+        if let Some(ip) = super::defaults::service_ip(&v) {
+            api.cluster_ips.release(ip);
+        }
+    }
+    Ok(gone)
+}
+
+/// A deleted CRD stops being served and its objects are deleted (watchers see each go),
+/// as kube-apiserver's `customresourcecleanup` finalizer does before the CRD goes.
+async fn remove_custom_objects(api: &Api, crd_name: &str) {
+    let Some(c) = api.store.custom().remove(crd_name) else {
+        return;
+    };
+    let Some(def) = c.versions.first().map(|v| v.def) else {
+        return;
+    };
+    let (_, map) = api.store.snapshot(def.index);
+    for (k, _) in map.iter() {
+        if let Err(e) = api.storage.write(def, k, None, Write::Delete).await {
+            tracing::debug!(error = %e, key = %k, "deleting a custom object failed");
+        }
+    }
 }
 
 async fn start_namespace_termination(
