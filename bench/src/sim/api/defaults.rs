@@ -140,8 +140,31 @@ pub fn workload(def: &ResourceDef, v: &mut Value, uid: &str) {
             );
         }
         ("batch", "jobs") => job(v, uid),
+        ("", "secrets") => secret(v),
         _ => {}
     }
+}
+
+/// A Secret: `stringData` is write-only, folded into `data` (base64); `type` defaults to
+/// `Opaque`.
+pub fn secret(v: &mut Value) {
+    use base64::Engine;
+    let Some(m) = v.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(strings)) = m.remove("stringData") {
+        let data = m.entry("data").or_insert_with(|| json!({}));
+        if let Some(data) = data.as_object_mut() {
+            for (k, s) in strings {
+                let s = s.as_str().unwrap_or_default().to_string();
+                data.insert(
+                    k,
+                    base64::engine::general_purpose::STANDARD.encode(s).into(),
+                );
+            }
+        }
+    }
+    or_insert(m, "type", "Opaque".into());
 }
 
 fn or_status(v: &mut Value, status: Value) {

@@ -148,9 +148,17 @@ pub async fn delete(
 }
 
 /// A deleted CRD stops being served and its objects are deleted (watchers see each go),
-/// as kube-apiserver's `customresourcecleanup` finalizer does before the CRD goes.
+/// as kube-apiserver's `customresourcecleanup` finalizer does before the CRD goes. The
+/// resource is served until its objects are gone (with etcd, the cache's feed needs it to
+/// apply their deletes).
 async fn remove_custom_objects(api: &Api, crd_name: &str) {
-    let Some(c) = api.store.custom().remove(crd_name) else {
+    let Some(c) = api
+        .store
+        .custom()
+        .served()
+        .into_iter()
+        .find(|c| c.crd == crd_name)
+    else {
         return;
     };
     let Some(def) = c.versions.first().map(|v| v.def) else {
@@ -162,6 +170,7 @@ async fn remove_custom_objects(api: &Api, crd_name: &str) {
             tracing::debug!(error = %e, key = %k, "deleting a custom object failed");
         }
     }
+    api.store.custom().remove(crd_name);
 }
 
 async fn start_namespace_termination(

@@ -534,6 +534,9 @@ pub async fn update(
         next_generation(def, &cur_v, &mut merged);
         if info.subresource.is_empty() {
             check_custom(api, def, &info.name, &mut merged)?;
+            if def.group.is_empty() && def.name == "secrets" {
+                defaults::secret(&mut merged);
+            }
             if is_service(def) {
                 // The allocated address stays unless the client names it (an apply omits it).
                 for k in ["clusterIP", "clusterIPs"] {
