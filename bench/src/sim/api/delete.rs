@@ -131,7 +131,8 @@ pub async fn delete(
         }
         return Ok(o);
     }
-    if def.group == "apiextensions.k8s.io" && def.name == "customresourcedefinitions" {
+    let crd = def.group == "apiextensions.k8s.io" && def.name == "customresourcedefinitions";
+    if crd {
         remove_custom_objects(api, name).await;
     }
     let gone = api
@@ -143,6 +144,21 @@ pub async fn delete(
         if let Some(ip) = super::defaults::service_ip(&v) {
             api.cluster_ips.release(ip);
         }
+    }
+    if crd {
+        // kube-apiserver answers the CRD as its finalizer found it: marked for deletion,
+        // `Terminating`, not yet gone.
+        let mut marked = v;
+        let now = clock::rfc3339(clock::now_unix());
+        marked["metadata"]["deletionTimestamp"] = now.clone().into();
+        marked["metadata"]["finalizers"] =
+            serde_json::json!(["customresourcecleanup.apiextensions.k8s.io"]);
+        if let Some(c) = marked["status"]["conditions"].as_array_mut() {
+            c.push(serde_json::json!({"type": "Terminating", "status": "True", "lastTransitionTime": now,
+                "reason": "InstanceDeletionPending",
+                "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon"}));
+        }
+        return Ok(Arc::new(Obj::new(def, marked, gone.rv)));
     }
     Ok(gone)
 }

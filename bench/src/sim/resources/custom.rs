@@ -36,6 +36,17 @@ pub struct CustomResource {
     pub versions: Vec<CustomVersion>,
     /// The version clients should use (the first served one).
     pub preferred: String,
+    /// The version objects are stored at (`storage: true`).
+    pub storage_version: String,
+}
+
+/// kube-apiserver's `storageVersionHash`: the first 8 bytes of SHA-256 of
+/// `group/version/kind` (the storage version), base64.
+fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let sum = sha2::Sha256::digest(format!("{group}/{version}/{kind}").as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(&sum[..8])
 }
 
 impl CustomResource {
@@ -45,9 +56,21 @@ impl CustomResource {
             return Vec::new();
         };
         let d = v.def;
+        // In the order kube-apiserver 1.20 lists a custom resource's verbs.
+        let verbs = [
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "create",
+            "update",
+            "watch",
+        ];
         let mut out = vec![
             json!({"name": d.name, "singularName": self.singular, "namespaced": d.namespaced,
-            "kind": d.kind, "verbs": d.verbs, "shortNames": self.short_names, "categories": self.categories}),
+            "kind": d.kind, "verbs": verbs, "shortNames": self.short_names, "categories": self.categories,
+            "storageVersionHash": storage_version_hash(d.group, &self.storage_version, d.kind)}),
         ];
         for sub in &d.subresources {
             out.push(json!({"name": format!("{}/{sub}", d.name), "singularName": "", "namespaced": d.namespaced,
@@ -239,6 +262,14 @@ impl Registry {
             short_names: strs(&names["shortNames"]),
             categories: strs(&names["categories"]),
             preferred: versions[0].def.version.to_string(),
+            storage_version: spec["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["storage"].as_bool() == Some(true))
+                .and_then(|v| v["name"].as_str())
+                .unwrap_or(versions[0].def.version)
+                .to_string(),
             versions,
         });
         slots[slot] = Some(c.clone());
@@ -272,6 +303,15 @@ mod tests {
                         "versions": [{"name": "v1", "served": true, "storage": true,
                                       "subresources": {"status": {}},
                                       "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+    }
+
+    #[test]
+    fn the_storage_version_hash_is_kube_apiservers() {
+        // What kube-apiserver 1.20 served for this CRD (api/discovery of example.com/v1).
+        assert_eq!(
+            storage_version_hash("example.com", "v1", "Widget"),
+            "gIwvi5rymmg="
+        );
     }
 
     #[test]

@@ -53,6 +53,11 @@ impl ResourceDef {
         matches!(field, "metadata.name" | "metadata.namespace") || self.fields.contains(&field)
     }
 
+    /// Whether a CRD serves it (after the built-ins' slots).
+    pub fn is_custom(&self) -> bool {
+        self.index >= builtins().len()
+    }
+
     /// Whether discovery lists `verb` (`get`, `list`, `create`, …) for the resource.
     pub fn supports_verb(&self, verb: &str) -> bool {
         self.verbs.contains(&verb)
