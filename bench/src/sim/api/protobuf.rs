@@ -191,18 +191,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ProtobufError> {
                 v["data"] = json!(c.data);
             }
             if !c.binary_data.is_empty() {
-                use base64::Engine;
-                let b: BTreeMap<_, _> = c
-                    .binary_data
-                    .iter()
-                    .map(|(k, b)| {
-                        (
-                            k.clone(),
-                            base64::engine::general_purpose::STANDARD.encode(b),
-                        )
-                    })
-                    .collect();
-                v["binaryData"] = json!(b);
+                v["binaryData"] = base64_values(&c.binary_data);
             }
             if let Some(i) = c.immutable {
                 v["immutable"] = i.into();
@@ -229,6 +218,18 @@ pub fn to_json(body: &[u8]) -> Result<Value, ProtobufError> {
     v["apiVersion"] = tm.api_version.into();
     v["kind"] = tm.kind.into();
     Ok(v)
+}
+
+/// Bytes values as JSON carries them: base64 strings.
+fn base64_values(m: &BTreeMap<String, Vec<u8>>) -> Value {
+    use base64::Engine;
+    m.iter()
+        .map(|(k, b)| {
+            let s = base64::engine::general_purpose::STANDARD.encode(b);
+            (k.clone(), Value::String(s))
+        })
+        .collect::<Map<_, _>>()
+        .into()
 }
 
 fn put(m: &mut Map<String, Value>, k: &str, v: impl Into<Value>) {

@@ -1,7 +1,7 @@
 //! The protobuf bodies `kubectl create secret|serviceaccount|role|deployment|job|service`
 //! send: the fields those commands set, as JSON.
 
-use super::{meta, pod_spec, put, ObjectMeta, PodSpec};
+use super::{base64_values, meta, pod_spec, put, ObjectMeta, PodSpec};
 use prost::Message;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -153,20 +153,9 @@ fn template(t: Option<PodTemplateSpec>) -> Value {
 pub(super) fn decode(kind: &str, raw: &[u8]) -> Option<Result<Value, prost::DecodeError>> {
     Some(match kind {
         "Secret" => Secret::decode(raw).map(|s| {
-            use base64::Engine;
             let mut o = Map::new();
             o.insert("metadata".into(), meta(s.metadata));
-            let data: BTreeMap<_, _> = s
-                .data
-                .iter()
-                .map(|(k, b)| {
-                    (
-                        k.clone(),
-                        base64::engine::general_purpose::STANDARD.encode(b),
-                    )
-                })
-                .collect();
-            put(&mut o, "data", json!(data));
+            put(&mut o, "data", base64_values(&s.data));
             put(&mut o, "stringData", json!(s.string_data));
             put(&mut o, "type", s.r#type);
             Value::Object(o)
