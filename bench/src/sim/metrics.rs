@@ -101,7 +101,10 @@ impl SimMetrics {
         // so every resource has an `apiserver_storage_list_total` series from the start; a
         // client comparing its growth (tollgate learning which store serves consistent LISTs)
         // sees 0 new etcd LISTs rather than no series at all.
-        for def in crate::sim::resources::RESOURCES {
+        for def in crate::sim::resources::builtins()
+            .iter()
+            .filter(|d| d.supports_verb("list"))
+        {
             m.storage_lists
                 .get_or_create(&ResourceLabels {
                     resource: def.name.to_string(),

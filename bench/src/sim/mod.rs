@@ -110,10 +110,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim, SimError> {
     };
     let url = format!("{scheme}://{addr}");
 
-    let store = Arc::new(Store::new(
-        resources::RESOURCES.len(),
-        config.history_window,
-    ));
+    let store = Arc::new(Store::new(resources::slots(), config.history_window));
     let stop = CancellationToken::new();
     // Until the server runs, a failed start stops what was spawned (the etcd feed).
     let stop_on_error = stop.clone().drop_guard();
@@ -190,6 +187,7 @@ fn serving_state(
     let reaper = storage::reaper::Reaper::new();
     tokio::spawn(reaper.clone().run(storage.clone(), stop.clone()));
     Arc::new(Api {
+        cluster_ips: api::defaults::ClusterIps::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12),
         store,
         storage,
         metrics,

@@ -216,11 +216,29 @@ fn walk(v: &mut Value, key: Option<&str>) {
                 ("continue", "<continue>"),
                 ("renewTime", "<time>"),
                 ("acquireTime", "<time>"),
+                ("lastTransitionTime", "<time>"),
+                ("deletionTimestamp", "<time>"),
             ] {
                 if let Some(x) = map.get_mut(k) {
                     if x.is_string() && !x.as_str().is_some_and(str::is_empty) {
                         *x = Value::String(placeholder.into());
                     }
+                }
+            }
+            // A Service's addresses come from each server's own range: the shape is compared.
+            for k in ["clusterIP", "clusterIPs"] {
+                match map.get_mut(k) {
+                    Some(Value::String(ip)) if ip.parse::<std::net::IpAddr>().is_ok() => {
+                        *ip = "<cluster-ip>".into();
+                    }
+                    Some(Value::Array(ips)) => ips.iter_mut().for_each(|x| {
+                        if x.as_str()
+                            .is_some_and(|ip| ip.parse::<std::net::IpAddr>().is_ok())
+                        {
+                            *x = "<cluster-ip>".into();
+                        }
+                    }),
+                    _ => {}
                 }
             }
             // Global: server-side apply's field manager records (1.18+), not modelled by the sim.
@@ -237,6 +255,8 @@ fn walk(v: &mut Value, key: Option<&str>) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|i| walk(i, key)),
+        // A uid quoted elsewhere (a Job's `controller-uid` label and selector).
+        Value::String(s) if is_uuid(s.as_bytes()) => *s = "<uid>".into(),
         Value::String(s) if key == Some("message") => {
             // Messages quote resource versions and uids; the words must match.
             *s = mask_numbers(s);
@@ -264,13 +284,6 @@ fn sort_by_name(v: &mut Value) {
 /// UUIDs replaced by `<uid>`, then digit runs by `N`.
 fn mask_numbers(s: &str) -> String {
     let mut s = s.to_string();
-    let is_uuid = |w: &[u8]| {
-        w.len() == 36
-            && w.iter().enumerate().all(|(i, b)| match i {
-                8 | 13 | 18 | 23 => *b == b'-',
-                _ => b.is_ascii_hexdigit(),
-            })
-    };
     let mut i = 0;
     while i + 36 <= s.len() {
         if s.is_char_boundary(i) && s.is_char_boundary(i + 36) && is_uuid(&s.as_bytes()[i..i + 36])
@@ -293,6 +306,14 @@ fn mask_numbers(s: &str) -> String {
         }
     }
     out
+}
+
+fn is_uuid(w: &[u8]) -> bool {
+    w.len() == 36
+        && w.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
 }
 
 fn remove_pointer(v: &mut Value, pointer: &str) {

@@ -14,11 +14,13 @@ use tests::{
     Store,
 };
 
+mod apply;
 mod identity;
 mod reads;
 mod watches;
 mod writes;
 
+use apply::*;
 use identity::*;
 use reads::*;
 use watches::*;
@@ -71,6 +73,7 @@ over_http_and_tls!(
     watch_prints_label_change,
     watch_prints_graceful_delete,
     identities,
+    apply_workload_and_custom_resource,
 );
 
 on_etcd!(
@@ -81,6 +84,7 @@ on_etcd!(
     delete_pod,
     watch_prints_label_change,
     watch_prints_graceful_delete,
+    apply_workload_and_custom_resource,
 );
 
 /// A simulator seeded with [`NODES`] nodes and [`PODS`] pods over [`NAMESPACES`] namespaces.

@@ -131,10 +131,62 @@ pub async fn delete(
         }
         return Ok(o);
     }
-    api.storage
+    let crd = def.group == "apiextensions.k8s.io" && def.name == "customresourcedefinitions";
+    if crd {
+        remove_custom_objects(api, name).await;
+    }
+    let gone = api
+        .storage
         .write(def, &k, None, Write::Delete)
         .await
-        .map_err(|e| store_status(e, def, name))
+        .map_err(|e| store_status(e, def, name))?;
+    if def.group.is_empty() && def.name == "services" {
+        if let Some(ip) = super::defaults::service_ip(&v) {
+            api.cluster_ips.release(ip);
+        }
+    }
+    if crd {
+        // kube-apiserver answers the CRD as its finalizer found it: marked for deletion,
+        // `Terminating`, not yet gone.
+        let mut marked = v;
+        let now = clock::rfc3339(clock::now_unix());
+        marked["metadata"]["deletionTimestamp"] = now.clone().into();
+        marked["metadata"]["finalizers"] =
+            serde_json::json!(["customresourcecleanup.apiextensions.k8s.io"]);
+        if let Some(c) = marked["status"]["conditions"].as_array_mut() {
+            c.push(serde_json::json!({"type": "Terminating", "status": "True", "lastTransitionTime": now,
+                "reason": "InstanceDeletionPending",
+                "message": "CustomResourceDefinition marked for deletion; CustomResource deletion will begin soon"}));
+        }
+        return Ok(Arc::new(Obj::new(def, marked, gone.rv)));
+    }
+    Ok(gone)
+}
+
+/// A deleted CRD stops being served and its objects are deleted (watchers see each go),
+/// as kube-apiserver's `customresourcecleanup` finalizer does before the CRD goes. The
+/// resource is served until its objects are gone (with etcd, the cache's feed needs it to
+/// apply their deletes).
+async fn remove_custom_objects(api: &Api, crd_name: &str) {
+    let Some(c) = api
+        .store
+        .custom()
+        .served()
+        .into_iter()
+        .find(|c| c.crd == crd_name)
+    else {
+        return;
+    };
+    let Some(def) = c.versions.first().map(|v| v.def) else {
+        return;
+    };
+    let (_, map) = api.store.snapshot(def.index);
+    for (k, _) in map.iter() {
+        if let Err(e) = api.storage.write(def, k, None, Write::Delete).await {
+            tracing::debug!(error = %e, key = %k, "deleting a custom object failed");
+        }
+    }
+    api.store.custom().remove(crd_name);
 }
 
 async fn start_namespace_termination(

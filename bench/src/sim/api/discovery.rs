@@ -1,7 +1,8 @@
 //! Discovery and other non-resource paths: `/api`, `/apis`, the groups'
 //! resource lists, `/version`, and minimal OpenAPI documents for kubectl.
 
-use crate::sim::resources::{self, ResourceDef, RESOURCES};
+use crate::sim::resources::custom::Registry;
+use crate::sim::resources::{self, builtin, ResourceDef};
 use serde_json::{json, Value};
 
 /// The Kubernetes version the simulator reports.
@@ -14,46 +15,31 @@ pub fn version() -> Value {
            "buildDate": "2026-11-01T00:00:00Z", "goVersion": "go1.24.0", "compiler": "gc", "platform": "linux/amd64"})
 }
 
-/// The groups served besides the core group, with their versions.
-const GROUPS: &[(&str, &str)] = &[
-    ("coordination.k8s.io", "v1"),
-    ("authentication.k8s.io", "v1"),
-];
-
-fn api_resource(r: &ResourceDef) -> Vec<Value> {
-    let mut out = vec![
-        json!({"name": r.name, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
-        "verbs": resources::verbs(), "shortNames": r.short_names}),
-    ];
-    for sub in r.subresources {
-        out.push(json!({"name": format!("{}/{sub}", r.name), "singularName": "", "namespaced": r.namespaced,
-            "kind": r.kind, "verbs": ["get", "patch", "update"]}));
-    }
-    out
-}
-
-/// `APIResourceList` for a group version; `None` when not served.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+/// `APIResourceList` for a group version: 1.20's as served (`resources::builtin`), the
+/// simulator's own extra (`selfsubjectreviews`), and what CRDs add; `None` when not served.
+pub fn resource_list(custom: &Registry, group: &str, version: &str) -> Option<Value> {
     let gv = if group.is_empty() {
         version.to_string()
     } else {
         format!("{group}/{version}")
     };
-    let mut items: Vec<Value> = RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-        .flat_map(api_resource)
-        .collect();
+    let mut list = builtin::resource_list(&gv).cloned().unwrap_or_else(
+        || json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": []}),
+    );
+    let mut items: Vec<Value> = Vec::new();
     if group == "authentication.k8s.io" && version == "v1" {
         items.push(json!({"name": "selfsubjectreviews", "singularName": "selfsubjectreview", "namespaced": false,
             "kind": "SelfSubjectReview", "verbs": ["create"]}));
     }
-    if items.is_empty() {
+    for c in custom.served().iter().filter(|c| c.group == group) {
+        items.extend(c.discovery(version));
+    }
+    let resources = list["resources"].as_array_mut()?;
+    resources.extend(items);
+    if resources.is_empty() {
         return None;
     }
-    Some(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}),
-    )
+    Some(list)
 }
 
 pub fn api_versions(server_address: &str) -> Value {
@@ -61,32 +47,94 @@ pub fn api_versions(server_address: &str) -> Value {
            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]})
 }
 
-fn group(name: &str, version: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{name}/{version}"), "version": version});
-    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+/// `/apis`: 1.20's groups, then the CRDs' (one entry per group, its versions in the
+/// order the CRDs list them).
+pub fn group_list(custom: &Registry) -> Value {
+    let mut list = builtin::group_list().clone();
+    let Some(groups) = list["groups"].as_array_mut() else {
+        return list;
+    };
+    for c in custom.served() {
+        let versions: Vec<Value> = c
+            .versions
+            .iter()
+            .map(|v| json!({"groupVersion": format!("{}/{}", c.group, v.def.version), "version": v.def.version}))
+            .collect();
+        match groups.iter_mut().find(|g| g["name"] == c.group.as_str()) {
+            Some(g) => {
+                if let Some(vs) = g["versions"].as_array_mut() {
+                    for v in versions {
+                        if !vs.contains(&v) {
+                            vs.push(v);
+                        }
+                    }
+                }
+            }
+            None => {
+                let preferred = json!({"groupVersion": format!("{}/{}", c.group, c.preferred), "version": c.preferred});
+                groups.push(
+                    json!({"name": c.group, "versions": versions, "preferredVersion": preferred}),
+                );
+            }
+        }
+    }
+    list
 }
 
-pub fn group_list() -> Value {
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": GROUPS.iter().map(|(g, v)| group(g, v)).collect::<Vec<_>>()})
+pub fn api_group(custom: &Registry, name: &str) -> Option<Value> {
+    let list = group_list(custom);
+    let mut g = list["groups"]
+        .as_array()?
+        .iter()
+        .find(|g| g["name"] == name)?
+        .clone();
+    let m = g.as_object_mut()?;
+    let mut out = serde_json::Map::new();
+    out.insert("kind".into(), "APIGroup".into());
+    out.insert("apiVersion".into(), "v1".into());
+    out.append(m);
+    Some(Value::Object(out))
 }
 
-pub fn api_group(name: &str) -> Option<Value> {
-    GROUPS.iter().find(|(g, _)| *g == name).map(|(g, v)| {
-        let mut x = group(g, v);
-        x["kind"] = "APIGroup".into();
-        x["apiVersion"] = "v1".into();
-        x
-    })
+/// Every group version served, for the OpenAPI root.
+fn group_versions(custom: &Registry) -> Vec<(String, String)> {
+    let list = group_list(custom);
+    let mut out = Vec::new();
+    for g in list["groups"].as_array().into_iter().flatten() {
+        for v in g["versions"].as_array().into_iter().flatten() {
+            if let (Some(n), Some(v)) = (g["name"].as_str(), v["version"].as_str()) {
+                out.push((n.to_string(), v.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// The resources served in a group version: built-ins, then custom ones.
+fn defs_in(custom: &Registry, group: &str, version: &str) -> Vec<&'static ResourceDef> {
+    let mut defs: Vec<&'static ResourceDef> = resources::builtins()
+        .iter()
+        .filter(|r| r.group == group && r.version == version && r.supports_verb("get"))
+        .collect();
+    for c in custom.served() {
+        defs.extend(
+            c.versions
+                .iter()
+                .filter(|v| v.def.group == group && v.def.version == version)
+                .map(|v| v.def),
+        );
+    }
+    defs
 }
 
 /// `/openapi/v3`: where each group version's document is.
-pub fn openapi_v3_root() -> Value {
+pub fn openapi_v3_root(custom: &Registry) -> Value {
     let mut paths = serde_json::Map::new();
     paths.insert(
         "api/v1".into(),
         json!({"serverRelativeURL": "/openapi/v3/api/v1?hash=sim"}),
     );
-    for (g, v) in GROUPS {
+    for (g, v) in group_versions(custom) {
         paths.insert(
             format!("apis/{g}/{v}"),
             json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/{v}?hash=sim")}),
@@ -97,11 +145,8 @@ pub fn openapi_v3_root() -> Value {
 
 /// A minimal OpenAPI v3 document for a group version: one schema per kind,
 /// open to any fields, carrying the group-version-kind kubectl looks up.
-pub fn openapi_v3(group: &str, version: &str) -> Option<Value> {
-    let defs: Vec<&ResourceDef> = RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-        .collect();
+pub fn openapi_v3(custom: &Registry, group: &str, version: &str) -> Option<Value> {
+    let defs = defs_in(custom, group, version);
     if defs.is_empty() {
         return None;
     }

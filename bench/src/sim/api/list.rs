@@ -322,6 +322,9 @@ fn head(
     let mut meta = serde_json::json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = c.into();
+    } else if def.is_custom() {
+        // Unstructured lists (custom resources) always carry it.
+        meta["continue"] = "".into();
     }
     if let Some(n) = remaining {
         meta["remainingItemCount"] = n.into();

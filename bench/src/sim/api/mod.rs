@@ -2,6 +2,8 @@
 //! authenticate → parse → max-in-flight → route → serve → count.
 
 pub mod counts;
+pub mod crd;
+pub mod defaults;
 pub mod delete;
 pub mod discovery;
 pub mod list;
@@ -10,6 +12,7 @@ pub mod patch;
 pub mod protobuf;
 mod reads;
 pub mod respond;
+pub mod scale;
 pub mod table;
 pub mod validate;
 pub mod watch;
@@ -67,6 +70,8 @@ pub struct Api {
     pub model: Arc<ControlPlane>,
     /// What `/metrics` says is stored.
     pub counts: counts::ObjectCounts,
+    /// Services' ClusterIPs (10.96.0.0/12, kubeadm's default range).
+    pub cluster_ips: defaults::ClusterIps,
 }
 
 /// What the connection knows about its client.
@@ -124,8 +129,13 @@ impl Api {
         {
             return self.non_resource(req, &info, &user).await;
         }
-        let Some(def) = resources::lookup(&info.group, &info.version, &info.resource) else {
-            if !resources::serves_group_version(&info.group, &info.version) {
+        let Some(def) = self.resource(&info) else {
+            if !resources::serves_group_version(&info.group, &info.version)
+                && !self
+                    .store
+                    .custom()
+                    .serves_group_version(&info.group, &info.version)
+            {
                 // No API group installed there: kube-apiserver's mux answers in plain text.
                 return respond::plain(StatusCode::NOT_FOUND, "404 page not found\n");
             }
@@ -139,6 +149,10 @@ impl Api {
         }
         if info.verb == Verb::Create && !info.name.is_empty() && info.subresource.is_empty() {
             // A POST to a named object has no route (creates go to the collection).
+            return respond::status(&method_not_allowed());
+        }
+        if info.subresource.is_empty() && !def.supports_verb(verb_name(info.verb)) {
+            // Verbs discovery does not list for the resource have no route.
             return respond::status(&method_not_allowed());
         }
         // kube-apiserver's max-in-flight filter: long-running requests are not
@@ -167,6 +181,20 @@ impl Api {
         self.count(&info, def, resp.status().as_u16(), started);
         drop(guard);
         resp
+    }
+
+    /// The resource a request names: a built-in, or one a CRD serves.
+    fn resource(&self, info: &RequestInfo) -> Option<&'static ResourceDef> {
+        resources::lookup(&info.group, &info.version, &info.resource).or_else(|| {
+            let c = self
+                .store
+                .custom()
+                .lookup(&info.group, &info.version, &info.resource)?;
+            c.versions
+                .iter()
+                .find(|v| v.def.version == info.version)
+                .map(|v| v.def)
+        })
     }
 
     fn count(&self, info: &RequestInfo, def: &ResourceDef, code: u16, started: Instant) {
@@ -218,6 +246,22 @@ impl Api {
                 .map_or(0, |o| o.json.len());
             let d = self.model.constants().write(current.max(body.len()) as u64);
             self.model.serve(&d).await;
+        }
+        if info.subresource == "scale" {
+            return match scale::update(self, def, info, &content_type, &body, dry_run).await {
+                Ok(v) => respond::json_value(StatusCode::OK, &v),
+                Err(s) => respond::status(&s),
+            };
+        }
+        if info.verb == Verb::Create && !def.supports_verb("get") {
+            // A review (TokenReview, SubjectAccessReview, …) is answered, never stored.
+            return match write::parse_object(&body) {
+                Ok(mut o) => {
+                    o.entry("status").or_insert_with(|| serde_json::json!({}));
+                    respond::json_value(StatusCode::CREATED, &serde_json::Value::Object(o))
+                }
+                Err(s) => respond::status(&s),
+            };
         }
         let result = match info.verb {
             Verb::Create => write::create(self, def, info, &body, dry_run)
@@ -335,6 +379,21 @@ fn method_not_allowed() -> Status {
     );
     s.details = Some(apimodel::status::StatusDetails::default());
     s
+}
+
+/// The verb as discovery names it.
+fn verb_name(v: Verb) -> &'static str {
+    match v {
+        Verb::Get => "get",
+        Verb::List => "list",
+        Verb::Watch => "watch",
+        Verb::Create => "create",
+        Verb::Update => "update",
+        Verb::Patch => "patch",
+        Verb::Delete => "delete",
+        Verb::DeleteCollection => "deletecollection",
+        Verb::Connect | Verb::NonResource => "",
+    }
 }
 
 fn scope(info: &RequestInfo) -> &'static str {

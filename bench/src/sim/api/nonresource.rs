@@ -28,22 +28,23 @@ impl Api {
             (&Method::GET, ["version"]) => ok(discovery::version()),
             (&Method::GET, ["metrics"]) => self.metrics_text(),
             (&Method::GET, ["api"]) => ok(discovery::api_versions(&self.config.server_address)),
-            (&Method::GET, ["api", v]) => {
-                discovery::resource_list("", v).map_or_else(|| not_found(path), ok)
-            }
-            (&Method::GET, ["apis"]) => ok(discovery::group_list()),
+            (&Method::GET, ["api", v]) => discovery::resource_list(self.store.custom(), "", v)
+                .map_or_else(|| not_found(path), ok),
+            (&Method::GET, ["apis"]) => ok(discovery::group_list(self.store.custom())),
             (&Method::GET, ["apis", g]) => {
-                discovery::api_group(g).map_or_else(|| not_found(path), ok)
+                discovery::api_group(self.store.custom(), g).map_or_else(|| not_found(path), ok)
             }
-            (&Method::GET, ["apis", g, v]) => {
-                discovery::resource_list(g, v).map_or_else(|| not_found(path), ok)
+            (&Method::GET, ["apis", g, v]) => discovery::resource_list(self.store.custom(), g, v)
+                .map_or_else(|| not_found(path), ok),
+            (&Method::GET, ["openapi", "v3"]) => {
+                ok(discovery::openapi_v3_root(self.store.custom()))
             }
-            (&Method::GET, ["openapi", "v3"]) => ok(discovery::openapi_v3_root()),
             (&Method::GET, ["openapi", "v3", "api", v]) => {
-                discovery::openapi_v3("", v).map_or_else(|| not_found(path), ok)
+                discovery::openapi_v3(self.store.custom(), "", v)
+                    .map_or_else(|| not_found(path), ok)
             }
             (&Method::GET, ["openapi", "v3", "apis", g, v]) => {
-                discovery::openapi_v3(g, v).map_or_else(|| not_found(path), ok)
+                discovery::openapi_v3(self.store.custom(), g, v).map_or_else(|| not_found(path), ok)
             }
             (&Method::POST, ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]) => {
                 if let Err(s) = read_body(req.into_body(), self.config.max_body_bytes).await {
@@ -62,13 +63,18 @@ impl Api {
     fn metrics_text(&self) -> Response<Body> {
         let counts = self
             .counts
-            .report(resources::RESOURCES.len(), |i| self.store.count(i));
-        for (def, count) in resources::RESOURCES.iter().zip(counts) {
+            .report(resources::slots(), |i| self.store.count(i));
+        // One series per resource, as kube-apiserver counts them: versions of a group add up.
+        let mut by_name = std::collections::BTreeMap::<String, usize>::new();
+        for def in self.store.defs().iter().filter(|d| d.supports_verb("list")) {
             let name = if def.group.is_empty() {
                 def.name.to_string()
             } else {
                 format!("{}.{}", def.name, def.group)
             };
+            *by_name.entry(name).or_default() += counts.get(def.index).copied().unwrap_or(0);
+        }
+        for (name, count) in by_name {
             self.metrics
                 .storage_objects
                 .get_or_create(&crate::sim::metrics::ResourceLabels { resource: name })

@@ -1,8 +1,10 @@
 //! Kubernetes protobuf request bodies, for what kubectl's typed clients send
-//! (`kubectl create configmap`, `kubectl create namespace`, `kubectl run`):
-//! the `k8s\0` envelope (`runtime.Unknown`) and the fields of ConfigMap,
-//! Namespace and Pod those commands set, turned into the JSON the rest of the
-//! simulator works on. Other kinds get 415, naming the kind.
+//! (`kubectl create configmap|namespace|secret|serviceaccount|role|deployment|job|service`,
+//! `kubectl run`): the `k8s\0` envelope (`runtime.Unknown`) and the fields those commands
+//! set, turned into the JSON the rest of the simulator works on ([`workloads`] has the
+//! kinds beyond ConfigMap, Namespace and Pod). Other kinds get 415, naming the kind.
+
+mod workloads;
 
 use prost::Message;
 use serde_json::{json, Map, Value};
@@ -163,7 +165,7 @@ pub enum ProtobufError {
     #[error("the protobuf body could not be decoded: {0}")]
     Malformed(String),
     /// A kind this simulator does not decode from protobuf (415).
-    #[error("the simulator decodes protobuf bodies of ConfigMap, Namespace and Pod only, not {0:?}; send JSON")]
+    #[error("the simulator decodes protobuf bodies of ConfigMap, Namespace, Pod, Secret, ServiceAccount, Role, Deployment, Job and Service only, not {0:?}; send JSON")]
     Unsupported(String),
 }
 
@@ -189,18 +191,7 @@ pub fn to_json(body: &[u8]) -> Result<Value, ProtobufError> {
                 v["data"] = json!(c.data);
             }
             if !c.binary_data.is_empty() {
-                use base64::Engine;
-                let b: BTreeMap<_, _> = c
-                    .binary_data
-                    .iter()
-                    .map(|(k, b)| {
-                        (
-                            k.clone(),
-                            base64::engine::general_purpose::STANDARD.encode(b),
-                        )
-                    })
-                    .collect();
-                v["binaryData"] = json!(b);
+                v["binaryData"] = base64_values(&c.binary_data);
             }
             if let Some(i) = c.immutable {
                 v["immutable"] = i.into();
@@ -219,11 +210,26 @@ pub fn to_json(body: &[u8]) -> Result<Value, ProtobufError> {
             let p = Pod::decode(unknown.raw.as_slice()).map_err(bad)?;
             json!({"metadata": meta(p.metadata), "spec": pod_spec(p.spec.unwrap_or_default())})
         }
-        other => return Err(ProtobufError::Unsupported(other.to_string())),
+        other => match workloads::decode(other, unknown.raw.as_slice()) {
+            Some(v) => v.map_err(bad)?,
+            None => return Err(ProtobufError::Unsupported(other.to_string())),
+        },
     };
     v["apiVersion"] = tm.api_version.into();
     v["kind"] = tm.kind.into();
     Ok(v)
+}
+
+/// Bytes values as JSON carries them: base64 strings.
+fn base64_values(m: &BTreeMap<String, Vec<u8>>) -> Value {
+    use base64::Engine;
+    m.iter()
+        .map(|(k, b)| {
+            let s = base64::engine::general_purpose::STANDARD.encode(b);
+            (k.clone(), Value::String(s))
+        })
+        .collect::<Map<_, _>>()
+        .into()
 }
 
 fn put(m: &mut Map<String, Value>, k: &str, v: impl Into<Value>) {
@@ -360,7 +366,7 @@ mod tests {
             Err(ProtobufError::Malformed(_))
         ));
         assert!(
-            matches!(to_json(&envelope("Secret", vec![])), Err(ProtobufError::Unsupported(k)) if k == "Secret")
+            matches!(to_json(&envelope("DaemonSet", vec![])), Err(ProtobufError::Unsupported(k)) if k == "DaemonSet")
         );
     }
 }

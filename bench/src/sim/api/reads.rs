@@ -49,6 +49,12 @@ impl Api {
         info: &RequestInfo,
         encoding: Encoding,
     ) -> Response<Body> {
+        if info.subresource == "scale" {
+            return match super::scale::get(self, def, info) {
+                Ok(v) => respond::json_value(StatusCode::OK, &v),
+                Err(s) => respond::status(&s),
+            };
+        }
         let key = crate::sim::storage::object::key(&info.namespace, &info.name);
         // Without resourceVersion a GET is a quorum read; with one, the cache serves it.
         let consistent = info.options.resource_version.is_none();

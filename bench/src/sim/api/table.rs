@@ -1,6 +1,8 @@
 //! `as=Table` responses, which `kubectl get` asks for: the columns the real
 //! apiserver prints for each served resource, and one row per object.
 
+mod workloads;
+
 use crate::sim::resources::ResourceDef;
 use crate::sim::storage::object::Obj;
 use serde_json::{json, Value};
@@ -70,17 +72,74 @@ const LEASES_COLS: [Col; 3] = [
     col("Age", "string", 0),
 ];
 
-const DEFAULT_COLS: [Col; 2] = [col("Name", "string", 0), col("Age", "string", 0)];
+const DEPLOYMENTS_COLS: [Col; 8] = [
+    col("Name", "string", 0),
+    col("Ready", "string", 0),
+    col("Up-to-date", "string", 0),
+    col("Available", "string", 0),
+    col("Age", "string", 0),
+    col("Containers", "string", 1),
+    col("Images", "string", 1),
+    col("Selector", "string", 1),
+];
+
+const SERVICES_COLS: [Col; 7] = [
+    col("Name", "string", 0),
+    col("Type", "string", 0),
+    col("Cluster-IP", "string", 0),
+    col("External-IP", "string", 0),
+    col("Port(s)", "string", 0),
+    col("Age", "string", 0),
+    col("Selector", "string", 1),
+];
+
+const SERVICEACCOUNTS_COLS: [Col; 3] = [
+    col("Name", "string", 0),
+    col("Secrets", "string", 0),
+    col("Age", "string", 0),
+];
+
+const JOBS_COLS: [Col; 7] = [
+    col("Name", "string", 0),
+    col("Completions", "string", 0),
+    col("Duration", "string", 0),
+    col("Age", "string", 0),
+    col("Containers", "string", 1),
+    col("Images", "string", 1),
+    col("Selector", "string", 1),
+];
+
+const SECRETS_COLS: [Col; 4] = [
+    col("Name", "string", 0),
+    col("Type", "string", 0),
+    col("Data", "string", 0),
+    col("Age", "string", 0),
+];
+
+/// What 1.20's default table convertor prints for kinds without a printer (and RBAC's
+/// Role and ClusterRole printers print the same).
+const CREATED_AT_COLS: [Col; 2] = [col("Name", "string", 0), col("Created At", "date", 0)];
+
+/// A custom resource without `additionalPrinterColumns`.
+const CUSTOM_COLS: [Col; 2] = [col("Name", "string", 0), col("Age", "date", 0)];
 
 fn cols(def: &ResourceDef) -> &'static [Col] {
-    match def.name {
-        "pods" => &PODS_COLS,
-        "nodes" => &NODES_COLS,
-        "namespaces" => &NAMESPACES_COLS,
-        "configmaps" => &CONFIGMAPS_COLS,
-        "events" => &EVENTS_COLS,
-        "leases" => &LEASES_COLS,
-        _ => &DEFAULT_COLS,
+    if def.index >= crate::sim::resources::builtins().len() {
+        return &CUSTOM_COLS;
+    }
+    match (def.group, def.name) {
+        ("", "pods") => &PODS_COLS,
+        ("", "nodes") => &NODES_COLS,
+        ("", "namespaces") => &NAMESPACES_COLS,
+        ("", "configmaps") => &CONFIGMAPS_COLS,
+        ("", "events") => &EVENTS_COLS,
+        ("coordination.k8s.io", "leases") => &LEASES_COLS,
+        ("apps", "deployments") => &DEPLOYMENTS_COLS,
+        ("", "services") => &SERVICES_COLS,
+        ("", "serviceaccounts") => &SERVICEACCOUNTS_COLS,
+        ("batch", "jobs") => &JOBS_COLS,
+        ("", "secrets") => &SECRETS_COLS,
+        _ => &CREATED_AT_COLS,
     }
 }
 
@@ -125,22 +184,41 @@ pub fn row(def: &ResourceDef, o: &Obj, now: i64) -> Value {
     let v = o.value();
     let age = age(s(&v, &["metadata", "creationTimestamp"]), now);
     let name = Value::String(o.name.clone());
-    let cells: Vec<Value> = match def.name {
-        "pods" => pod_cells(o, &v, name, age),
-        "nodes" => node_cells(o, &v, name, age),
-        "namespaces" => vec![name, s(&v, &["status", "phase"]).into(), age.into()],
-        "configmaps" => {
-            let n = v["data"].as_object().map_or(0, |m| m.len())
-                + v["binaryData"].as_object().map_or(0, |m| m.len());
-            vec![name, n.into(), age.into()]
+    let created = s(&v, &["metadata", "creationTimestamp"]).to_string();
+    let cols = cols(def);
+    let cells: Vec<Value> = if std::ptr::eq(cols, &CREATED_AT_COLS[..]) {
+        vec![name, created.into()]
+    } else if std::ptr::eq(cols, &CUSTOM_COLS[..]) {
+        vec![name, age.into()]
+    } else {
+        match def.name {
+            "pods" => pod_cells(o, &v, name, age),
+            "nodes" => node_cells(o, &v, name, age),
+            "namespaces" => vec![name, s(&v, &["status", "phase"]).into(), age.into()],
+            "configmaps" => {
+                let n = v["data"].as_object().map_or(0, |m| m.len())
+                    + v["binaryData"].as_object().map_or(0, |m| m.len());
+                vec![name, n.into(), age.into()]
+            }
+            "events" => event_cells(&v, now),
+            "leases" => vec![
+                name,
+                or_none(s(&v, &["spec", "holderIdentity"])).into(),
+                age.into(),
+            ],
+            "deployments" => workloads::deployment(&v, name, age),
+            "services" => workloads::service(&v, name, age),
+            "serviceaccounts" => {
+                let n = v["secrets"].as_array().map_or(0, Vec::len);
+                vec![name, n.into(), age.into()]
+            }
+            "jobs" => workloads::job(&v, name, age, now),
+            "secrets" => {
+                let n = v["data"].as_object().map_or(0, |m| m.len());
+                vec![name, s(&v, &["type"]).into(), n.into(), age.into()]
+            }
+            _ => vec![name, age.into()],
         }
-        "events" => event_cells(&v, now),
-        "leases" => vec![
-            name,
-            or_none(s(&v, &["spec", "holderIdentity"])).into(),
-            age.into(),
-        ],
-        _ => vec![name, age.into()],
     };
     let mut meta = v["metadata"].clone();
     if let Some(m) = meta.as_object_mut() {

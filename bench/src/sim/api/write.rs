@@ -2,8 +2,8 @@
 //! creationTimestamp, resourceVersion preconditions → 409); deletes are in [`super::delete`].
 
 use super::patch::{self, PatchError, PatchType};
-use super::validate;
 use super::Api;
+use super::{crd, defaults, validate};
 use crate::sim::clock;
 use crate::sim::resources::{self, ResourceDef};
 use crate::sim::storage::object::{key, Obj};
@@ -152,14 +152,19 @@ pub async fn create(
     } else {
         meta.remove("namespace");
     }
-    meta.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
+    let uid = uuid::Uuid::new_v4().to_string();
+    meta.insert("uid".into(), uid.clone().into());
     meta.insert(
         "creationTimestamp".into(),
         clock::rfc3339(clock::now_unix()).into(),
     );
-    // None of the resources served here tracks `generation` in kube-apiserver 1.20
-    // (pods only from 1.33), so a client-sent one is dropped as the registry does.
-    meta.remove("generation");
+    // Kinds that track `generation` start at 1; the others drop a client-sent one, as the
+    // registry does (pods track it only from 1.33).
+    if def.generation {
+        meta.insert("generation".into(), 1.into());
+    } else {
+        meta.remove("generation");
+    }
     meta.remove("deletionTimestamp");
     meta.remove("deletionGracePeriodSeconds");
     if def.name == "namespaces" {
@@ -175,14 +180,143 @@ pub async fn create(
     v["apiVersion"] = def.api_version().into();
     v["kind"] = def.kind.into();
     apply_defaults(def, &mut v);
+    defaults::workload(def, &mut v, &uid);
+    check_custom(api, def, &name, &mut v)?;
+    let k = key(&ns, &name);
+    let is_crd = is_crd(def);
+    if is_crd {
+        crd::prepare(&mut v);
+        if api.store.get(def.index, &k).is_some() {
+            return Err(Status::already_exists(def.group, def.name, &name));
+        }
+    }
+    let ip = if is_service(def) {
+        defaults::service(&mut v, &api.cluster_ips).map_err(|e| {
+            Status::invalid(
+                def.group,
+                def.kind,
+                &name,
+                format!("{} {name:?} is invalid: {e}", def.kind),
+            )
+        })?;
+        defaults::service_ip(&v).map(String::from)
+    } else {
+        None
+    };
+    let release = || {
+        if let Some(ip) = &ip {
+            api.cluster_ips.release(ip);
+        }
+    };
     if dry_run {
+        release();
         return Ok(Arc::new(Obj::new(def, v, api.store.revision())));
     }
-    let k = key(&ns, &name);
-    api.storage
-        .write(def, &k, Some(0), Write::Put(v))
+    if is_crd {
+        if let Err(e) = api.store.custom().install(&v) {
+            return Err(crd_refused(def, &name, e));
+        }
+    }
+    let created = match api.storage.write(def, &k, Some(0), Write::Put(v)).await {
+        Ok(o) => o,
+        Err(e) => {
+            release();
+            if is_crd {
+                api.store.custom().remove(&name);
+            }
+            return Err(store_status(e, def, &name));
+        }
+    };
+    if is_crd {
+        establish(api, def, &created).await;
+    }
+    if def.group.is_empty() && def.name == "namespaces" {
+        default_service_account(api, &name).await;
+    }
+    Ok(created)
+}
+
+fn is_crd(def: &ResourceDef) -> bool {
+    def.group == "apiextensions.k8s.io" && def.name == "customresourcedefinitions"
+}
+
+fn is_service(def: &ResourceDef) -> bool {
+    def.group.is_empty() && def.name == "services"
+}
+
+fn crd_refused(
+    def: &ResourceDef,
+    name: &str,
+    e: crate::sim::resources::custom::CustomError,
+) -> Status {
+    use crate::sim::resources::custom::CustomError;
+    match e {
+        CustomError::Full | CustomError::TooManyDefinitions => {
+            Status::failure(507, "InsufficientStorage", e.to_string())
+        }
+        _ => Status::invalid(
+            def.group,
+            def.kind,
+            name,
+            format!("{}.{} {name:?} is invalid: {e}", def.kind, def.group),
+        ),
+    }
+}
+
+/// The establishing controller's write: names accepted, the resource served.
+async fn establish(api: &Api, def: &'static ResourceDef, created: &Obj) {
+    let mut v = created.value();
+    crd::established(&mut v, &clock::rfc3339(clock::now_unix()));
+    if let Some(m) = v["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let k = created.key();
+    if let Err(e) = api
+        .storage
+        .write(def, &k, Some(created.rv), Write::Put(v))
         .await
-        .map_err(|e| store_status(e, def, &name))
+    {
+        tracing::debug!(error = %e, crd = %k, "establishing the CRD lost a race; its status stays");
+    }
+}
+
+/// The ServiceAccounts controller's `default` account in a new namespace (kube-apiserver
+/// leaves it to kube-controller-manager, a moment later; the simulator has no controllers).
+async fn default_service_account(api: &Api, ns: &str) {
+    let Some(def) = resources::by_name("serviceaccounts") else {
+        return;
+    };
+    let v = json!({"kind": "ServiceAccount", "apiVersion": "v1",
+                   "metadata": {"name": "default", "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(),
+                                "creationTimestamp": clock::rfc3339(clock::now_unix())}});
+    if let Err(e) = api
+        .storage
+        .write(def, &key(ns, "default"), Some(0), Write::Put(v))
+        .await
+    {
+        tracing::debug!(error = %e, namespace = %ns, "no default ServiceAccount");
+    }
+}
+
+/// A custom object is checked against (and pruned to) its version's schema.
+fn check_custom(api: &Api, def: &ResourceDef, name: &str, v: &mut Value) -> Result<(), Status> {
+    let Some(c) = api.store.custom().by_index(def.index) else {
+        return Ok(());
+    };
+    let Some(schema) = c
+        .versions
+        .iter()
+        .find(|x| x.def.version == def.version)
+        .and_then(|x| x.schema.as_ref())
+    else {
+        return Ok(());
+    };
+    let errors = crd::validate(schema, v);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(crd::invalid(def.group, def.kind, name, &errors))
+    }
 }
 
 /// The name of an object to create: its own, or one generated from `generateName`.
@@ -324,7 +458,6 @@ fn merge_update(
             None => nm.remove(k),
         };
     }
-    nm.remove("generation");
     new["apiVersion"] = def.api_version().into();
     new["kind"] = def.kind.into();
     Ok(new)
@@ -398,6 +531,27 @@ pub async fn update(
             return Err(Status::conflict(def.group, def.name, &info.name));
         }
         let mut merged = merge_update(def, &cur_v, new, &info.subresource)?;
+        next_generation(def, &cur_v, &mut merged);
+        if info.subresource.is_empty() {
+            check_custom(api, def, &info.name, &mut merged)?;
+            if def.group.is_empty() && def.name == "secrets" {
+                defaults::secret(&mut merged);
+            }
+            if is_service(def) {
+                // The allocated address stays unless the client names it (an apply omits it).
+                for k in ["clusterIP", "clusterIPs"] {
+                    if merged["spec"].get(k).is_none() && !cur_v["spec"][k].is_null() {
+                        merged["spec"][k] = cur_v["spec"][k].clone();
+                    }
+                }
+            }
+            if is_crd(def) {
+                crd::prepare(&mut merged);
+                if let Err(e) = api.store.custom().install(&merged) {
+                    return Err(crd_refused(def, &info.name, e));
+                }
+            }
+        }
         if dry_run {
             return Ok(Arc::new(Obj::new(def, merged, cur.rv)));
         }
@@ -424,6 +578,38 @@ pub async fn update(
         }
     }
     Err(Status::conflict(def.group, def.name, &info.name))
+}
+
+/// `metadata.generation` after an update: bumped when the spec changes (for custom
+/// resources, anything but metadata and status), else kept; absent for kinds without it.
+fn next_generation(def: &ResourceDef, cur: &Value, new: &mut Value) {
+    let Some(m) = new["metadata"].as_object_mut() else {
+        return;
+    };
+    if !def.generation {
+        m.remove("generation");
+        return;
+    }
+    let g = cur["metadata"]["generation"].as_i64().unwrap_or(1);
+    let changed = if def.index >= resources::builtins().len() {
+        let body = |v: &Value| {
+            v.as_object().map(|o| {
+                o.iter()
+                    .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<Map<String, Value>>()
+            })
+        };
+        body(cur) != body(new)
+    } else {
+        cur.get("spec") != new.get("spec")
+    };
+    if let Some(m) = new["metadata"].as_object_mut() {
+        m.insert(
+            "generation".into(),
+            (if changed { g + 1 } else { g }).into(),
+        );
+    }
 }
 
 fn grace_pending(v: &Value) -> bool {

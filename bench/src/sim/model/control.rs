@@ -144,7 +144,7 @@ impl Drop for MemoryHold {
 fn cache_size(store: &Store) -> (u64, u64) {
     let mut objects = 0u64;
     let mut bytes = 0u64;
-    for i in 0..crate::sim::resources::RESOURCES.len() {
+    for i in 0..crate::sim::resources::slots() {
         let (_, map) = store.snapshot(i);
         objects += map.len() as u64;
         bytes += map.values().map(|o| o.json.len() as u64).sum::<u64>();

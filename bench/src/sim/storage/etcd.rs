@@ -16,7 +16,7 @@
 use super::object::Obj;
 use super::read::{Filter, ListPlan, ReadAt};
 use super::store::{ObjMap, Store, StoreError, Write};
-use crate::sim::resources::{self, ResourceDef, RESOURCES};
+use crate::sim::resources::{self, builtin, ResourceDef};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, KeyValue,
     KvClient, Txn, TxnOp, TxnOpResponse, WatchOptions,
@@ -45,24 +45,26 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where every object lives in etcd.
 pub const REGISTRY: &str = "/registry/";
 
-/// The directory kube-apiserver keeps a resource in.
-pub fn registry_dir(def: &ResourceDef) -> &'static str {
-    match def.name {
-        "nodes" => "minions",
-        other => other,
-    }
-}
-
 /// The etcd key of the object under cache key `key` (`ns/name` or `name`).
 pub fn etcd_key(def: &ResourceDef, key: &str) -> String {
-    format!("{REGISTRY}{}/{key}", registry_dir(def))
+    format!("{REGISTRY}{}/{key}", def.etcd_dir)
 }
 
 /// The resource and cache key an etcd key belongs to; `None` for keys we do not serve.
-pub fn parse_key(key: &[u8]) -> Option<(usize, String)> {
+/// Custom resources live under `<group>/<plural>/`, as kube-apiserver keeps them.
+pub fn parse_key(cache: &Store, key: &[u8]) -> Option<(usize, String)> {
     let key = std::str::from_utf8(key).ok()?.strip_prefix(REGISTRY)?;
     let (dir, rest) = key.split_once('/')?;
-    let idx = RESOURCES.iter().position(|d| registry_dir(d) == dir)?;
+    let (idx, rest) = match builtin::by_etcd_dir(dir) {
+        Some(d) => (d.index, rest),
+        None => {
+            let (plural, rest) = rest.split_once('/')?;
+            let c = cache.custom().served().into_iter().find(|c| {
+                c.group == dir && c.versions.first().is_some_and(|v| v.def.name == plural)
+            })?;
+            (c.versions.first()?.def.index, rest)
+        }
+    };
     (!rest.is_empty()).then(|| (idx, rest.to_string()))
 }
 
@@ -221,7 +223,7 @@ impl EtcdStore {
         def: &ResourceDef,
         plan: &ListPlan,
     ) -> Result<(u64, ObjMap), StoreError> {
-        let dir = format!("{REGISTRY}{}/", registry_dir(def));
+        let dir = format!("{REGISTRY}{}/", def.etcd_dir);
         let prefix = if plan.filter.namespace.is_empty() {
             dir.clone()
         } else {
@@ -257,7 +259,12 @@ impl EtcdStore {
             }
             let kvs = resp.kvs();
             for kv in kvs {
-                let (Some((_, key)), Some(o)) = (parse_key(kv.key()), decode(def, kv)) else {
+                let key = std::str::from_utf8(kv.key())
+                    .ok()
+                    .and_then(|k| k.strip_prefix(dir.as_str()))
+                    .filter(|k| !k.is_empty())
+                    .map(String::from);
+                let (Some(key), Some(o)) = (key, decode(def, kv)) else {
                     continue;
                 };
                 if plan.limit.is_some_and(|l| matched >= l) {
@@ -318,8 +325,8 @@ impl EtcdStore {
     /// Fills the cache with every served object at one revision and returns it.
     pub async fn load(&self, cache: &Store) -> Result<u64, StoreError> {
         let rev = self.revision().await?;
-        let mut maps = Vec::with_capacity(RESOURCES.len());
-        for def in RESOURCES {
+        let mut maps = vec![ObjMap::new(); resources::slots()];
+        for def in cache.defs() {
             let plan = ListPlan {
                 read_at: ReadAt::Exact(rev),
                 limit: None,
@@ -327,7 +334,7 @@ impl EtcdStore {
                 filter: Filter::default(),
                 from_cache: false,
             };
-            maps.push(self.list(def, &plan).await?.1);
+            maps[def.index] = self.list(def, &plan).await?.1;
         }
         cache.replace(maps, rev);
         Ok(rev)
@@ -392,11 +399,12 @@ impl EtcdStore {
                     let Some(kv) = ev.kv() else { continue };
                     let rev = kv.mod_revision() as u64;
                     next = next.max(rev + 1);
-                    let Some((idx, key)) = parse_key(kv.key()) else {
+                    let Some((idx, def, key)) =
+                        parse_key(&cache, kv.key()).and_then(|(i, k)| Some((i, cache.def(i)?, k)))
+                    else {
                         cache.advance(rev);
                         continue;
                     };
-                    let def = resources::by_index(idx);
                     let build = |v, rv| Obj::new(def, v, rv);
                     match ev.event_type() {
                         EventType::Put => match serde_json::from_slice::<Value>(kv.value()) {
@@ -450,19 +458,27 @@ mod tests {
 
     #[test]
     fn keys_are_the_apiservers() {
-        let pods = resources::by_name("pods").unwrap_or(&RESOURCES[0]);
-        let nodes = resources::by_name("nodes").unwrap_or(&RESOURCES[0]);
+        let cache = Store::new(resources::slots(), 10);
+        let pods = resources::by_name("pods").expect("pods");
+        let nodes = resources::by_name("nodes").expect("nodes");
         assert_eq!(etcd_key(pods, "ns-1/p"), "/registry/pods/ns-1/p");
         assert_eq!(etcd_key(nodes, "node-1"), "/registry/minions/node-1");
         assert_eq!(
-            parse_key(b"/registry/leases/kube-node-lease/node-1"),
+            parse_key(&cache, b"/registry/leases/kube-node-lease/node-1"),
             Some((
-                resources::index_of(resources::by_name("leases").unwrap_or(&RESOURCES[0])),
+                resources::index_of(resources::by_name("leases").expect("leases")),
                 "kube-node-lease/node-1".to_string()
             ))
         );
-        assert_eq!(parse_key(b"/registry/secrets/ns/s"), None);
-        assert_eq!(parse_key(b"/other/pods/ns/p"), None);
+        assert_eq!(
+            parse_key(&cache, b"/registry/secrets/ns/s").map(|(i, _)| i),
+            resources::by_name("secrets").map(|d| d.index)
+        );
+        assert_eq!(
+            parse_key(&cache, b"/registry/example.com/widgets/ns/w"),
+            None
+        );
+        assert_eq!(parse_key(&cache, b"/other/pods/ns/p"), None);
         assert_eq!(prefix_end("/registry/pods/"), b"/registry/pods0".to_vec());
     }
 }

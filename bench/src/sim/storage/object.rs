@@ -35,7 +35,11 @@ pub fn key(namespace: &str, name: &str) -> String {
 
 /// `{"kind":"K","apiVersion":"V",`: how every stored object of `def` starts, so a list
 /// item can be sent without its type (see [`Obj::json_without_type_meta`]).
+/// Custom resources' lists keep them (kube-apiserver serves those lists unstructured): empty.
 pub fn type_meta_prefix(def: &ResourceDef) -> Vec<u8> {
+    if def.is_custom() {
+        return Vec::new();
+    }
     format!(
         "{{\"kind\":{},\"apiVersion\":{},",
         Value::from(def.kind),
@@ -96,8 +100,8 @@ impl Obj {
     /// `{"kind":"K","apiVersion":"V",`, which every stored object starts with.
     pub fn json_without_type_meta<'a>(&'a self, type_prefix: &[u8]) -> (&'static [u8], &'a [u8]) {
         match self.json.strip_prefix(type_prefix) {
-            Some(rest) => (b"{", rest),
-            None => (b"", &self.json),
+            Some(rest) if !type_prefix.is_empty() => (b"{", rest),
+            _ => (b"", &self.json),
         }
     }
 

@@ -4,7 +4,7 @@
 
 use super::store::Write;
 use super::Storage;
-use crate::sim::resources::{self, RESOURCES};
+use crate::sim::resources;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -89,7 +89,9 @@ async fn run_job(storage: &Storage, job: Job) {
     let store = storage.cache();
     match job {
         Job::Pod { resource, key, uid } => {
-            let def = resources::by_index(resource);
+            let Some(def) = store.def(resource) else {
+                return;
+            };
             if let Some(o) = store.get(resource, &key) {
                 if o.uid == uid && o.deleting {
                     let _ = storage.write(def, &key, Some(o.rv), Write::Delete).await;
@@ -97,8 +99,8 @@ async fn run_job(storage: &Storage, job: Job) {
             }
         }
         Job::Namespace(ns) => {
-            for (idx, def) in RESOURCES.iter().enumerate().filter(|(_, d)| d.namespaced) {
-                let (_, map) = store.snapshot(idx);
+            for def in store.defs().into_iter().filter(|d| d.namespaced) {
+                let (_, map) = store.snapshot(def.index);
                 for (k, _) in map.iter().filter(|(_, o)| o.namespace == ns) {
                     let _ = storage.write(def, k, None, Write::Delete).await;
                 }

@@ -97,7 +97,9 @@ pub fn seed_into(sink: &mut dyn SeedSink, spec: &SeedSpec) -> Result<Vec<String>
         now: clock::now_unix(),
         error: None,
     };
-    let ns_def = resources::by_name("namespaces").unwrap_or(&resources::RESOURCES[0]);
+    let Some(ns_def) = resources::by_name("namespaces") else {
+        return Ok(Vec::new());
+    };
     let mut ns_names: Vec<String> = SYSTEM_NAMESPACES.iter().map(|n| n.to_string()).collect();
     let workload_ns: Vec<String> = (1..=spec.namespaces).map(|i| format!("ns-{i}")).collect();
     ns_names.extend(workload_ns.iter().cloned());
@@ -111,6 +113,17 @@ pub fn seed_into(sink: &mut dyn SeedSink, spec: &SeedSpec) -> Result<Vec<String>
         })
         .collect();
     s.put(ns_def, namespaces);
+    // The ServiceAccounts controller's `default` in every namespace (see api::defaults).
+    if let Some(def) = resources::by_name("serviceaccounts") {
+        let accounts = ns_names
+            .iter()
+            .map(|n| {
+                json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": s.meta("default", Some(n), 86_400 * 30)})
+            })
+            .collect();
+        s.put(def, accounts);
+    }
 
     let nodes: Vec<String> = (1..=spec.nodes).map(|i| format!("node-{i}")).collect();
     let node_values: Vec<Value> = nodes
@@ -290,7 +303,7 @@ mod tests {
 
     #[test]
     fn seeds_realistic_pods_of_the_asked_size_reproducibly() {
-        let a = Store::new(resources::RESOURCES.len(), 10);
+        let a = Store::new(resources::slots(), 10);
         let spec = SeedSpec {
             nodes: 3,
             pods: 30,
@@ -313,7 +326,7 @@ mod tests {
         let ns = resources::index_of(resources::by_name("namespaces").unwrap());
         assert_eq!(a.count(ns), SYSTEM_NAMESPACES.len() + 2);
         // Same seed, same names.
-        let b = Store::new(resources::RESOURCES.len(), 10);
+        let b = Store::new(resources::slots(), 10);
         seed(&b, &spec);
         let names = |s: &Store| s.snapshot(pods).1.keys().cloned().collect::<Vec<_>>();
         assert_eq!(names(&a), names(&b));

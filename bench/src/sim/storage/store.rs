@@ -92,6 +92,8 @@ struct State {
 /// The simulated etcd plus watch cache.
 pub struct Store {
     state: RwLock<State>,
+    /// Which CRDs occupy the custom slots.
+    custom: crate::sim::resources::custom::Registry,
     window: usize,
     notify: watch::Sender<u64>,
     /// Per resource: moves when that resource has a new event (or the history restarts),
@@ -112,6 +114,7 @@ impl Store {
                 compacted_for: vec![1; resources],
                 by_node: node_index::NodeIndex::new(resources),
             }),
+            custom: crate::sim::resources::custom::Registry::new(),
             window: window.max(1),
             notify,
             changed: (0..resources).map(|_| watch::channel(1).0).collect(),
@@ -126,6 +129,24 @@ impl Store {
 
     fn write_lock(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The CRDs served, by slot.
+    pub fn custom(&self) -> &crate::sim::resources::custom::Registry {
+        &self.custom
+    }
+
+    /// The resource in slot `index`: a built-in, or a served CRD's storage version.
+    pub fn def(&self, index: usize) -> Option<&'static crate::sim::resources::ResourceDef> {
+        crate::sim::resources::by_index(index)
+            .or_else(|| self.custom.by_index(index).map(|c| c.versions[0].def))
+    }
+
+    /// Every slot's resource, built-ins first.
+    pub fn defs(&self) -> Vec<&'static crate::sim::resources::ResourceDef> {
+        let mut out: Vec<_> = crate::sim::resources::builtins().iter().collect();
+        out.extend(self.custom.served().iter().map(|c| c.versions[0].def));
+        out
     }
 
     /// Revisions of history kept.

@@ -11,6 +11,9 @@ const JSON_PATCH: &str = "application/json-patch+json";
 const STRATEGIC: &str = "application/strategic-merge-patch+json";
 
 const CM: &str = "/api/v1/namespaces/conf/configmaps";
+const DEPLOY: &str = "/apis/apps/v1/namespaces/conf/deployments";
+const WIDGETS: &str = "/apis/example.com/v1/namespaces/conf/widgets";
+const WIDGET_CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.example.com"},"spec":{"group":"example.com","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget","shortNames":["wd"]},"versions":[{"name":"v1","served":true,"storage":true,"subresources":{"status":{}},"schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","required":["size"],"properties":{"size":{"type":"integer"},"color":{"type":"string"}}}}}}}]}}"#;
 
 fn case(name: &'static str, area: &'static str, method: &'static str, path: &'static str) -> Case {
     Case {
@@ -69,6 +72,11 @@ pub(super) fn cases() -> Vec<Case> {
             .body(JSON, r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","labels":{"zone":"a"}}}"#),
         case("create lease", "create", "POST", "/apis/coordination.k8s.io/v1/namespaces/conf/leases")
             .body(JSON, r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l1"},"spec":{"holderIdentity":"h","leaseDurationSeconds":40}}"#),
+        // --- discovery: served from 1.20's own documents (scripts/sim-discovery.sh) ---
+        get("discovery /api/v1", "discovery", "/api/v1"),
+        get("discovery /apis/apps/v1", "discovery", "/apis/apps/v1"),
+        get("discovery /apis/batch/v1", "discovery", "/apis/batch/v1"),
+        get("discovery /apis", "discovery", "/apis"),
         // --- get ---
         get("get configmap", "get", "/api/v1/namespaces/conf/configmaps/a"),
         get("get missing: 404 NotFound", "errors", "/api/v1/namespaces/conf/configmaps/nope"),
@@ -162,5 +170,53 @@ pub(super) fn cases() -> Vec<Case> {
             .until_code(410),
         get("continue token at a compacted revision: 410 Expired", "paging", "/api/v1/namespaces/conf/configmaps?limit=2&continue=${continue}")
             .until_code(410),
+        // --- built-in kinds served generically (issue 19) ---
+        case("create deployment", "built-in kinds", "POST", DEPLOY)
+            .body(JSON, r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","labels":{"app":"web"}},"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"c","image":"nginx:1.19","ports":[{"containerPort":80}]}]}}}}"#),
+        get("get deployment scale", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments/web/scale"),
+        case("put deployment scale", "built-in kinds", "PUT", "/apis/apps/v1/namespaces/conf/deployments/web/scale")
+            .body(JSON, r#"{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{"name":"web","namespace":"conf"},"spec":{"replicas":3}}"#),
+        case("merge patch deployment scale", "built-in kinds", "PATCH", "/apis/apps/v1/namespaces/conf/deployments/web/scale")
+            .body(MERGE, r#"{"spec":{"replicas":2}}"#),
+        get("get scaled deployment: generation bumped", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments/web"),
+        case("merge patch deployment status", "built-in kinds", "PATCH", "/apis/apps/v1/namespaces/conf/deployments/web/status")
+            .body(MERGE, r#"{"status":{"replicas":2,"readyReplicas":1,"updatedReplicas":2,"availableReplicas":1,"observedGeneration":3}}"#),
+        case("strategic merge patch deployment spec", "built-in kinds", "PATCH", "/apis/apps/v1/namespaces/conf/deployments/web")
+            .body(STRATEGIC, r#"{"metadata":{"labels":{"tier":"front"}},"spec":{"revisionHistoryLimit":5}}"#),
+        get("list deployments with label selector", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments?labelSelector=app%3Dweb"),
+        case("create service: clusterIP allocated", "built-in kinds", "POST", "/api/v1/namespaces/conf/services")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"web"},"spec":{"selector":{"app":"web"},"ports":[{"name":"http","port":80,"targetPort":8080}]}}"#),
+        case("create headless service", "built-in kinds", "POST", "/api/v1/namespaces/conf/services")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"db"},"spec":{"clusterIP":"None","selector":{"app":"db"},"ports":[{"port":5432}]}}"#),
+        get("get service", "built-in kinds", "/api/v1/namespaces/conf/services/web"),
+        case("deletecollection of services: 405", "errors", "DELETE", "/api/v1/namespaces/conf/services"),
+        case("create serviceaccount", "built-in kinds", "POST", "/api/v1/namespaces/conf/serviceaccounts")
+            .body(JSON, r#"{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"robot","labels":{"team":"a"}}}"#),
+        get("get serviceaccount", "built-in kinds", "/api/v1/namespaces/conf/serviceaccounts/robot"),
+        case("create job", "built-in kinds", "POST", "/apis/batch/v1/namespaces/conf/jobs")
+            .body(JSON, r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"once"},"spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"busybox"}]}}}}"#),
+        get("get job", "built-in kinds", "/apis/batch/v1/namespaces/conf/jobs/once"),
+        case("create role", "built-in kinds", "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/conf/roles")
+            .body(JSON, r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"reader","labels":{"team":"a"}},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list"]}]}"#),
+        get("list roles with label selector", "built-in kinds", "/apis/rbac.authorization.k8s.io/v1/namespaces/conf/roles?labelSelector=team%3Da"),
+        case("delete role", "built-in kinds", "DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/conf/roles/reader"),
+        // --- CustomResourceDefinitions ---
+        case("create CRD", "custom resources", "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            .body(JSON, WIDGET_CRD),
+        case("create custom object (once served)", "custom resources", "POST", WIDGETS)
+            .body(JSON, r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1"},"spec":{"size":3,"color":"red","unknown":true}}"#)
+            .until_code(201),
+        get("get CRD: established", "custom resources", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),
+        get("custom group discovery", "custom resources", "/apis/example.com/v1"),
+        case("custom object of the wrong type: 422", "errors", "POST", WIDGETS)
+            .body(JSON, r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w2"},"spec":{"size":"big"}}"#),
+        case("custom object without a required field: 422", "errors", "POST", WIDGETS)
+            .body(JSON, r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w3"},"spec":{"color":"blue"}}"#),
+        case("merge patch custom object: generation bumped", "custom resources", "PATCH", "/apis/example.com/v1/namespaces/conf/widgets/w1")
+            .body(MERGE, r#"{"spec":{"size":4}}"#),
+        get("list custom objects", "custom resources", WIDGETS),
+        case("delete CRD", "custom resources", "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),
+        get("custom objects gone with their CRD", "custom resources", "/apis/example.com/v1/namespaces/conf/widgets/w1")
+            .until_code(404),
     ]
 }

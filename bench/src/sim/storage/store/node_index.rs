@@ -5,7 +5,6 @@
 //! read under the store's lock in O(pods on the node).
 
 use super::{Obj, ObjMap};
-use crate::sim::resources::RESOURCES;
 use imbl::{OrdMap, OrdSet};
 
 const FIELD: &str = "spec.nodeName";
@@ -23,8 +22,7 @@ impl NodeIndex {
         NodeIndex {
             position: (0..resources)
                 .map(|r| {
-                    RESOURCES
-                        .get(r)
+                    crate::sim::resources::by_index(r)
                         .and_then(|d| d.fields.iter().position(|f| *f == FIELD))
                 })
                 .collect(),

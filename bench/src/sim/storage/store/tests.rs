@@ -34,7 +34,7 @@ fn del(s: &Store, name: &str) -> Result<Arc<Event>, StoreError> {
 
 #[test]
 fn writes_are_ordered_and_conditional() {
-    let s = Store::new(resources::RESOURCES.len(), 100);
+    let s = Store::new(resources::slots(), 100);
     let a = put(&s, "a", 1, Some(0)).unwrap();
     assert_eq!(a.kind, EventType::Added);
     assert_eq!(
@@ -60,7 +60,7 @@ fn writes_are_ordered_and_conditional() {
 
 #[test]
 fn snapshots_at_old_revisions_undo_later_writes() {
-    let s = Store::new(resources::RESOURCES.len(), 100);
+    let s = Store::new(resources::slots(), 100);
     put(&s, "a", 1, Some(0)).unwrap();
     let at = put(&s, "b", 1, Some(0)).unwrap().rv;
     put(&s, "c", 1, Some(0)).unwrap();
@@ -79,7 +79,7 @@ fn snapshots_at_old_revisions_undo_later_writes() {
 
 #[test]
 fn history_is_bounded_and_old_revisions_expire() {
-    let s = Store::new(resources::RESOURCES.len(), 3);
+    let s = Store::new(resources::slots(), 3);
     let first = put(&s, "a", 0, None).unwrap().rv;
     for i in 1..10 {
         put(&s, "a", i, None).unwrap();
@@ -104,7 +104,7 @@ fn history_is_bounded_and_old_revisions_expire() {
 
 #[test]
 fn seeding_starts_history_after_the_seed() {
-    let s = Store::new(resources::RESOURCES.len(), 100);
+    let s = Store::new(resources::slots(), 100);
     let def = resources::by_name("pods").unwrap();
     let base = s.next_revision();
     s.seed(
@@ -134,7 +134,7 @@ fn applied(s: &Store, name: &str, rv: u64, w: Option<u64>) -> Option<Arc<Event>>
 
 #[test]
 fn the_watch_cache_applies_storage_revisions_with_gaps() {
-    let s = Store::new(resources::RESOURCES.len(), 100);
+    let s = Store::new(resources::slots(), 100);
     s.replace(Vec::new(), 10);
     assert_eq!((s.revision(), s.compacted()), (10, 10));
     // etcd's revisions skip the keys the cache does not serve.
@@ -191,7 +191,7 @@ fn node_write(s: &Store, name: &str, v: u64) {
 
 #[test]
 fn a_resource_s_watchers_wake_for_its_events_only_and_keep_their_own_window() {
-    let s = Store::new(resources::RESOURCES.len(), 3);
+    let s = Store::new(resources::slots(), 3);
     let mut pod_changes = s.subscribe_resource(pods());
     pod_changes.borrow_and_update();
     let start = put(&s, "a", 1, Some(0)).unwrap().rv;
@@ -222,7 +222,7 @@ fn pod_on(name: &str, node: &str) -> serde_json::Value {
 #[test]
 fn the_node_index_follows_binds_moves_and_deletes() {
     let def = resources::by_name("pods").unwrap();
-    let s = Store::new(resources::RESOURCES.len(), 100);
+    let s = Store::new(resources::slots(), 100);
     let write = |name: &str, w: Write| {
         s.write(pods(), &format!("ns/{name}"), None, w, |val, rv| {
             Obj::new(def, val, rv)
@@ -251,7 +251,7 @@ fn the_node_index_follows_binds_moves_and_deletes() {
     assert!(s.snapshot_on_node(nodes, "n1").is_none());
     // A relist rebuilds it.
     let (_, map) = s.snapshot(pods());
-    let mut maps = vec![ObjMap::new(); resources::RESOURCES.len()];
+    let mut maps = vec![ObjMap::new(); resources::slots()];
     maps[pods()] = map;
     s.replace(maps, s.revision());
     assert_eq!(on("n2"), ["ns/b", "ns/c"]);
