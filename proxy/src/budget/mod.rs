@@ -18,5 +18,6 @@ pub mod heavy;
 pub mod inflight;
 pub mod latencies;
 pub mod settings;
+pub mod shared;
 pub mod signal;
 pub mod unlearned;
