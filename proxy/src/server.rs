@@ -74,6 +74,13 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         |c| Config::admission(c),
         stop.clone(),
     ));
+    if let Some(shared) = gateway.shared_budget() {
+        tokio::spawn(
+            shared
+                .clone()
+                .run(gateway.current_config().clone(), stop.clone()),
+        );
+    }
     tokio::spawn(requestheader::learn_loop(
         gateway.current_config().clone(),
         pool.clone(),

@@ -49,6 +49,11 @@
 //!   member came or went. Lease keep-alives are not writes to the key space.
 
 pub mod alloc;
+pub mod coordination;
+pub mod gate;
+pub mod member;
+pub mod metrics;
+pub mod settings;
 
 use std::time::Duration;
 
