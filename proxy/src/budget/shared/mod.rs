@@ -17,7 +17,7 @@
 //! - [`coordination`]: the etcd side: registration under a lease,
 //!   election, the coordinator's grants, the loop.
 //! - [`settings`]: `quota.global` and the `--etcd-*` flags.
-//! - [`metrics`]: `tollgate_shared_budget_*`.
+//! - [`metrics`]: the `tollgate_shared_budget_*` metrics.
 //!
 //! ## The constants, and why
 //! - [`LEASE_TTL`] 10 s: a member's registration and the coordinator's key
