@@ -125,6 +125,30 @@ pub struct SharedView {
     pub error: Option<String>,
 }
 
+impl SharedView {
+    /// A view of a lone member, for tests of what is exported.
+    #[doc(hidden)]
+    pub fn sample() -> SharedView {
+        SharedView {
+            id: "m".into(),
+            prefix: "/tollgate/budget/default".into(),
+            role: "coordinator",
+            coordinator: Some("m".into()),
+            budget_bytes_per_second: 1.0,
+            reserve_bytes_per_second: 0.1,
+            granted_sum_bytes_per_second: 0.9,
+            grants_seq: 1,
+            members: Vec::new(),
+            granted_bytes_per_second: Some(0.9),
+            demand_bytes_per_second: 0.0,
+            gate: EtcdGate::new(0.1).view(),
+            last_renewal_age_seconds: None,
+            coordination_writes: 1,
+            error: None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Status {
     coordinator: bool,
