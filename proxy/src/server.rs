@@ -1,5 +1,6 @@
 //! Serving and draining: start the background loops (health checks, the
-//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the container count,
+//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the
+//! shared budget's renewal through etcd, the container count,
 //! the identity headers' refresh, the certificate files' reload) with the narrow handles each needs, the admin listener, and
 //! the client listener ([`crate::accept`]); at `shutdown`, stop accepting, close the
 //! connections spread over the drain window, and wait for them up to a

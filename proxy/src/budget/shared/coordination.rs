@@ -304,10 +304,9 @@ impl SharedBudget {
                         tracing::warn!(member = %self.id, error = %e, "shared budget: renewal failed; the grant lapses, then the fallback share applies");
                     }
                     warned = true;
-                    if !matches!(e, CoordinationError::Timeout(_)) || session.is_some() {
-                        // Start over: a new connection and lease.
-                        session = None;
-                    }
+                    // Start over: a new connection and lease (the same member key, so
+                    // the old registration is replaced, not left to expire beside it).
+                    session = None;
                     member.lost_lease();
                     alloc = None;
                     let mut s = self.status();
