@@ -83,6 +83,9 @@ async fn without_etcd_the_fallback_share_holds_heavy_lists_and_nothing_else() {
             let (s, body) = b.await.unwrap();
             match s {
                 StatusCode::OK => ok += 1,
+                // While the first LIST (its pattern not learned yet) is in flight, the
+                // others wait for its turn, up to maxWait (slow on a busy machine).
+                StatusCode::TOO_MANY_REQUESTS if body.contains("not learned yet") => {}
                 StatusCode::TOO_MANY_REQUESTS => {
                     refused += 1;
                     assert!(body.contains("shared by all masters"), "{body}");

@@ -110,7 +110,9 @@ pub struct EtcdGate {
     turn: Semaphore,
     /// Bytes asked for, passed or not (the demand).
     wanted: AtomicU64,
-    /// Predicted bytes let through.
+    /// Predicted bytes of the requests let through to the apiserver
+    /// (counted when they end: a request the local pool then refused was
+    /// refunded, not let through).
     admitted: AtomicU64,
     /// Bytes read, as settled when responses ended.
     read: AtomicU64,
@@ -180,7 +182,6 @@ impl EtcdGate {
             let now = Instant::now();
             let wait = match self.lock().try_debit(bytes, now) {
                 Ok(()) => {
-                    self.admitted.fetch_add(bytes as u64, Ordering::Relaxed);
                     return Some(EtcdTicket {
                         gate: self.clone(),
                         debited: bytes,
@@ -230,7 +231,10 @@ impl EtcdTicket {
     /// The response ended having read `actual` bytes from etcd.
     pub fn settle(mut self, actual: f64) {
         self.settled = true;
-        self.gate.read.fetch_add(actual as u64, Ordering::Relaxed);
+        let gate = &self.gate;
+        gate.admitted
+            .fetch_add(self.debited as u64, Ordering::Relaxed);
+        gate.read.fetch_add(actual as u64, Ordering::Relaxed);
         self.gate
             .lock()
             .reconcile(self.debited, actual, Instant::now());
@@ -278,6 +282,7 @@ mod tests {
         let gate = Arc::new(EtcdGate::new(10.0 * MB));
         let deadline = Instant::now() + Duration::from_secs(2);
         let first = gate.pass(10.0 * MB, deadline).await.expect("the burst");
+        assert_eq!(gate.view().admitted_bytes, 0, "counted when it ends");
         let start = Instant::now();
         let second = gate
             .pass(10.0 * MB, deadline)
@@ -294,7 +299,8 @@ mod tests {
             .await
             .is_none());
         let v = gate.view();
-        assert_eq!((v.wanted_bytes, v.admitted_bytes), (60_000_000, 30_000_000));
+        // The refunded one is not counted; the third is still in flight.
+        assert_eq!((v.wanted_bytes, v.admitted_bytes), (60_000_000, 10_000_000));
         assert_eq!((v.read_bytes, v.rejected), (10_000_000, 1));
         // A grant raises the rate at once.
         gate.set_share(Share {

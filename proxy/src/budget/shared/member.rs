@@ -15,9 +15,11 @@ use super::alloc::Grant;
 use super::gate::Share;
 use super::{DEMAND_CHANGE, GRANT_TTL};
 
-/// The demand's smoothing time constant, seconds: a LIST every two
-/// seconds reads as a rate, a storm that moved is seen within a few.
-const DEMAND_TAU: f64 = 2.0;
+/// The demand's smoothing time constant, seconds: a LIST every second
+/// reads as a rate, and a storm that moved from one master to another is
+/// seen to have moved (the two demands cross) within 0.7 s, so the shares
+/// follow within about three renewals.
+const DEMAND_TAU: f64 = 1.0;
 /// A demand change under this fraction of the budget is never written.
 const DEMAND_FLOOR: f64 = 0.01;
 

@@ -83,7 +83,7 @@ impl SharedMetrics {
         );
         r.register_with_unit(
             "tollgate_shared_budget_admitted",
-            "Predicted etcd-read bytes of the heavy requests this member let through",
+            "Predicted etcd-read bytes of the heavy requests this member let through to the apiserver, counted when they end",
             Unit::Bytes,
             m.admitted.clone(),
         );
