@@ -306,8 +306,10 @@ impl SharedBudget {
                     warned = true;
                     // Start over: a new connection and lease (the same member key, so
                     // the old registration is replaced, not left to expire beside it).
+                    // The grant read last stays in force until GRANT_TTL after that read
+                    // (never past the lease as last renewed): one slow renewal does not
+                    // drop the member to its fallback.
                     session = None;
-                    member.lost_lease();
                     alloc = None;
                     let mut s = self.status();
                     s.coordinator = false;
