@@ -2,7 +2,9 @@
 # The shared etcd-read budget (issue 17): three masters — three simulated apiservers on one real
 # etcd (`tollgate-bench sim --store etcd`), each behind its own tollgate — share one cluster-wide
 # etcd-read budget B through that etcd. loadgen sends consistent LISTs of all pods (read from
-# etcd) unevenly through the three tollgates, 70/20/10%, far more than B. A sampler reads every
+# etcd) unevenly through the three tollgates, 70/20/10%, far more than B. The local pools are static
+# (256 MiB/s, `--quota-mode static`): without heartbeats through tollgate the adaptive one would
+# hold at its minimum and be what limits. A sampler reads every
 # tollgate's /debug/budget every 0.25 s for the whole run.
 #
 # Phases (one run, one control plane):
@@ -78,7 +80,7 @@ for i in 0 1 2; do
     PIDS+=("$pid")
     sim_url=$(wait_line "$TMP/sim$i.out" "serving the Kubernetes API at " "$pid" "sim $i")
     "$TOLLGATE_BIN" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream "$sim_url" \
-        --mode enforce --global-etcd-bytes-per-second "$BUDGET" --global-cluster bench \
+        --mode enforce --quota-mode static --global-etcd-bytes-per-second "$BUDGET" --global-cluster bench \
         --etcd-servers "$ETCD_URL" >"$TMP/tollgate$i.out" 2>"$TMP/tollgate$i.log" &
     pid=$!
     PIDS+=("$pid")
@@ -271,7 +273,7 @@ rows.append(("coordinator killed: largest grant sum / sum of shares in force", f
 out = ["## Shared etcd-read budget (issue 17)", "",
        f"Command: `{command}` at {rev}. Three masters: three `tollgate-bench sim --store etcd` on one "
        f"etcd ({pods} pods of ~{pod_bytes} B, one consistent LIST of all pods read from etcd), each "
-       f"behind a tollgate with `--mode enforce --global-etcd-bytes-per-second {B:.0f}` (B = {fmt(B)}, "
+       f"behind a tollgate with `--mode enforce --quota-mode static --global-etcd-bytes-per-second {B:.0f}` (B = {fmt(B)}, "
        f"reserve 10%, floor 5%); loadgen LISTs at {rates} through the three. Release binaries, one run; "
        f"load average before {load_before}, after {load_after} (a shared 2-core machine: noisy).", "",
        "| figure | measured | target | met |", "|---|---|---|---|"]
