@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admit::Admission;
+use crate::budget::shared::coordination::{SharedBudget, SharedView};
 use crate::config::{self, Config};
 use crate::enforce::lane::Lane;
 use crate::forward::{Tunnels, UpstreamPool};
@@ -45,6 +46,18 @@ struct Inner {
     reviews: Option<Arc<TokenReviews>>,
     admission: Arc<Admission>,
     observer: Arc<Observer>,
+    /// The etcd-read budget shared with the other masters (`quota.global`).
+    shared: Option<Arc<SharedBudget>>,
+}
+
+/// `/debug/budget`: the heavy lane's local budget and, when on, the shared
+/// etcd-read budget with the cluster's allocation.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DebugBudget {
+    #[serde(flatten)]
+    pub local: crate::budget::heavy::BudgetView,
+    pub shared: Option<SharedView>,
 }
 
 /// `/debug/patterns` names users: an admin listener reachable from other
@@ -93,6 +106,11 @@ impl Gateway {
                     .inc();
             }),
         ));
+        let shared = config.quota.global.enabled().then(|| {
+            let shared = Arc::new(SharedBudget::new(&config.quota.global, &mut registry));
+            admission.set_shared_gate(shared.gate().clone());
+            shared
+        });
         let patterns = Arc::new(PatternStore::new(config.patterns.clone()));
         let config = Arc::new(config::Current::new(config));
         let tunnels = Tunnels {
@@ -119,6 +137,7 @@ impl Gateway {
                 reviews,
                 admission,
                 observer,
+                shared,
             }),
         })
     }
@@ -214,8 +233,21 @@ impl Gateway {
 
     /// Prometheus text of every metric, with the gauges of state refreshed.
     /// The heavy lane's budget for `/debug/budget`.
-    pub fn budget(&self) -> crate::budget::heavy::BudgetView {
-        self.inner.admission.budget_view(self.config().admission())
+    pub fn budget(&self) -> DebugBudget {
+        let config = self.config();
+        DebugBudget {
+            local: self.inner.admission.budget_view(config.admission()),
+            shared: self
+                .inner
+                .shared
+                .as_ref()
+                .map(|s| s.view(&config.quota.global)),
+        }
+    }
+
+    /// The shared etcd-read budget, when `quota.global` is on.
+    pub fn shared_budget(&self) -> Option<&Arc<SharedBudget>> {
+        self.inner.shared.as_ref()
     }
 
     pub fn encode_metrics(&self) -> Result<String, std::fmt::Error> {
@@ -250,6 +282,9 @@ impl Gateway {
         m.budget_signal.set(b.p99_seconds.unwrap_or(f64::NAN));
         m.budget_target.set(b.target_seconds);
         m.budget_unlearned.set(b.unlearned_inflight as i64);
+        if let Some(shared) = &self.inner.shared {
+            shared.update_metrics(&config.quota.global);
+        }
         for (unit, size) in [("nodes", v.nodes), ("containers", v.containers)] {
             if let Some(n) = size {
                 m.cluster_size

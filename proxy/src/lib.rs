@@ -30,7 +30,8 @@
 //!   queues, the heavy lane, rate limits, `Retry-After`, relist guard,
 //!   scaling, settings); [`budget`]: the heavy lane's byte budget (bytes in
 //!   flight, unlearned patterns, the latency signal, the adaptive
-//!   controller); [`predict`] and [`decay`]: the pure pattern cache.
+//!   controller, the etcd-read budget shared with the other masters
+//!   through etcd); [`predict`] and [`decay`]: the pure pattern cache.
 //! - [`config`], [`tls`]: settings and certificates (a kubeconfig is read by
 //!   the shared `kubeio` crate); the listeners' certificate files are
 //!   reloaded when they change ([`tls::serving`]).

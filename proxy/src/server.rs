@@ -1,5 +1,6 @@
 //! Serving and draining: start the background loops (health checks, the
-//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the container count,
+//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the
+//! shared budget's renewal through etcd, the container count,
 //! the identity headers' refresh, the certificate files' reload) with the narrow handles each needs, the admin listener, and
 //! the client listener ([`crate::accept`]); at `shutdown`, stop accepting, close the
 //! connections spread over the drain window, and wait for them up to a
@@ -74,6 +75,13 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         |c| Config::admission(c),
         stop.clone(),
     ));
+    if let Some(shared) = gateway.shared_budget() {
+        tokio::spawn(
+            shared
+                .clone()
+                .run(gateway.current_config().clone(), stop.clone()),
+        );
+    }
     tokio::spawn(requestheader::learn_loop(
         gateway.current_config().clone(),
         pool.clone(),

@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::budget::heavy::BudgetView;
 use crate::budget::latencies::{latency_queue, LatencyQueue, Whose, CAPACITY};
+use crate::budget::shared::gate::{EtcdGate, EtcdTicket};
 use crate::budget::unlearned::Start;
 use crate::enforce::decision::{Decision, Reason};
 use crate::enforce::drr::Refused;
@@ -72,6 +73,22 @@ impl Hold {
     pub fn attach(&mut self, turn: Option<UnlearnedTurn>) {
         if let Hold::Heavy(t) = self {
             t.turn = turn;
+        }
+    }
+
+    /// The etcd reads passed through the shared budget ride with the heavy
+    /// ticket too; any other hold drops them, which refunds them.
+    pub fn attach_etcd(&mut self, etcd: Option<EtcdTicket>) {
+        if let Hold::Heavy(t) = self {
+            t.etcd = etcd;
+        }
+    }
+
+    /// The shared budget's etcd reads, to settle with what was read.
+    pub fn take_etcd(&mut self) -> Option<EtcdTicket> {
+        match self {
+            Hold::Heavy(t) => t.etcd.take(),
+            _ => None,
         }
     }
 
@@ -118,6 +135,7 @@ pub struct HeavyTicket {
     admitted_at: Instant,
     settled: bool,
     turn: Option<UnlearnedTurn>,
+    etcd: Option<EtcdTicket>,
 }
 
 impl HeavyTicket {
@@ -128,11 +146,17 @@ impl HeavyTicket {
             admitted_at: Instant::now(),
             settled: false,
             turn: None,
+            etcd: None,
         }
     }
 
     pub fn settle(mut self, actual: f64, complete: bool) {
         self.settled = true;
+        // Not settled with what was read (a watch's start): kept as passed.
+        if let Some(etcd) = self.etcd.take() {
+            let debited = etcd.debited();
+            etcd.settle(debited);
+        }
         self.admission
             .release(self.debited, actual, self.admitted_at, complete);
     }
@@ -182,6 +206,8 @@ pub struct PoolView {
 
 /// Admission control, shared by all requests.
 pub struct Admission {
+    /// The shared etcd-read budget's gate, when `quota.global` is on.
+    shared: std::sync::OnceLock<Arc<EtcdGate>>,
     heavy: Mutex<HeavyLane<Waiter>>,
     wake: Notify,
     /// An unlearned pattern's request ended: its waiters look again.
@@ -212,6 +238,7 @@ impl Admission {
         let now = Instant::now();
         let (latencies, drain) = latency_queue(CAPACITY);
         Admission {
+            shared: std::sync::OnceLock::new(),
             heavy: Mutex::new(HeavyLane::new(settings, drain, now)),
             latencies,
             wake: Notify::new(),
@@ -232,6 +259,17 @@ impl Admission {
         let mut h = self.heavy.lock().unwrap_or_else(|e| e.into_inner());
         h.take_latencies();
         h
+    }
+
+    /// Pass heavy requests' etcd reads through `gate` from now on (set
+    /// once, at start).
+    pub fn set_shared_gate(&self, gate: Arc<EtcdGate>) {
+        let _ = self.shared.set(gate);
+    }
+
+    /// The shared budget's gate, if on.
+    pub fn shared_gate(&self) -> Option<&Arc<EtcdGate>> {
+        self.shared.get()
     }
 
     /// The in-flight slots of the light lanes (and tollgate's own `self` lane).
@@ -403,6 +441,13 @@ impl Admission {
     pub fn reject_unlearned(&self, flow: &str, s: AdmissionSettings<'_>) -> Verdict {
         let wait = Duration::from_secs_f64(s.quota.max_wait_seconds);
         self.reject(Reason::Unlearned, wait, flow, s)
+    }
+
+    /// A heavy request whose etcd reads found no room in the shared budget
+    /// within its wait.
+    pub fn reject_shared(&self, flow: &str, s: AdmissionSettings<'_>) -> Verdict {
+        let wait = Duration::from_secs_f64(s.quota.max_wait_seconds);
+        self.reject(Reason::SharedBudget, wait, flow, s)
     }
 
     /// A light lane: a slot, waiting up to `lanes.maxWaitSeconds` in

@@ -127,6 +127,22 @@ pub async fn admit(
     let key = &ctx.key;
     let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
     let flow = Flow::of(&ctx.client, flow_by);
+    // The etcd-read part passes the share of the budget shared by all
+    // masters first (a local bucket: nothing waits on etcd).
+    let mut etcd = None;
+    if let Some(gate) = admission.shared_gate() {
+        let reads = ctx.predicted.read_bytes;
+        if lane == Lane::Heavy && !dry && reads > 0.0 {
+            let wait = Duration::from_secs_f64(config.quota.max_wait_seconds);
+            match gate.pass(reads, Instant::now() + wait).await {
+                Some(t) => etcd = Some(t),
+                None => {
+                    let verdict = admission.reject_shared(&flow.name(), settings);
+                    return refuse(admission, patterns, metrics, ctx, verdict, dry);
+                }
+            }
+        }
+    }
     let mut verdict = if lane == Lane::Heavy {
         admission
             .admit_heavy(&flow.name(), cost, settings, dry)
@@ -135,6 +151,7 @@ pub async fn admit(
         admission.admit_light(lane, &flow, settings, dry).await
     };
     verdict.hold.attach(turn);
+    verdict.hold.attach_etcd(etcd);
     if verdict.decision != Decision::Reject {
         record(metrics, &config, lane, key, &verdict);
         ctx.hold = verdict.hold;

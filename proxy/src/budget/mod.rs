@@ -12,11 +12,15 @@
 //! - [`heavy`]: the three above together as admission holds them, with
 //!   what they learn between two controller steps; static or adaptive.
 //! - [`settings`]: `quota.mode`, `quota.inflightBytes`, `quota.adaptive`.
+//! - [`shared`]: the etcd-read part of heavy requests' cost, spent from a
+//!   share of one budget the tollgates of all masters lease through etcd
+//!   (`quota.global`).
 
 pub mod adaptive;
 pub mod heavy;
 pub mod inflight;
 pub mod latencies;
 pub mod settings;
+pub mod shared;
 pub mod signal;
 pub mod unlearned;

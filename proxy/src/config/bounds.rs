@@ -226,6 +226,14 @@ impl Config {
             ("quota.bytesPerSecond", Bytes(q.bytes_per_second)),
             ("quota.burstBytes", Bytes(q.burst_bytes)),
             ("quota.etcdReadWeight", Factor(q.etcd_read_weight)),
+            (
+                "quota.global.etcdBytesPerSecond",
+                BytesOrZero(q.global.etcd_bytes_per_second),
+            ),
+            (
+                "quota.global.fallbackBytesPerSecond",
+                BytesOrZero(q.global.fallback_bytes_per_second),
+            ),
             ("quota.maxWaitSeconds", Seconds(q.max_wait_seconds)),
             ("quota.logPerSecond", PerSecondOrZero(q.log_per_second)),
             (

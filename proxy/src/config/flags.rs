@@ -81,6 +81,24 @@ pub struct Flags {
     /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub max_wait: Option<f64>,
+    /// Cluster-wide etcd-read bytes per second shared by the tollgates of all masters through etcd; 0 = off (quota.global.etcdBytesPerSecond) [default: 0]
+    #[arg(long, value_name = "BYTES")]
+    pub global_etcd_bytes_per_second: Option<f64>,
+    /// Name of the shared budget in its default key prefix /tollgate/budget/<NAME> (quota.global.cluster) [default: default]
+    #[arg(long, value_name = "NAME")]
+    pub global_cluster: Option<String>,
+    /// etcd servers the shared budget coordinates through, comma-separated, as kube-apiserver's flag (quota.global.etcdServers) [default: none, shared budget off]
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    pub etcd_servers: Vec<String>,
+    /// CA (PEM) verifying etcd's serving certificate, as kube-apiserver's flag (quota.global.caFile) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub etcd_cafile: Option<PathBuf>,
+    /// Client certificate (PEM) presented to etcd, as kube-apiserver's flag (quota.global.certFile) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub etcd_certfile: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-certfile, as kube-apiserver's flag (quota.global.keyFile) [default: none]
+    #[arg(long, value_name = "FILE")]
+    pub etcd_keyfile: Option<PathBuf>,
 }
 
 /// `10`, `2.5`, `10s` or `500ms` as seconds.
@@ -124,6 +142,18 @@ impl Config {
         );
         set_f64(&mut self.quota.burst_bytes, flags.quota_burst_bytes);
         set_f64(&mut self.quota.max_wait_seconds, flags.max_wait);
+        let global = &mut self.quota.global;
+        set_f64(
+            &mut global.etcd_bytes_per_second,
+            flags.global_etcd_bytes_per_second,
+        );
+        set(&mut global.cluster, &flags.global_cluster);
+        if !flags.etcd_servers.is_empty() {
+            global.etcd_servers.clone_from(&flags.etcd_servers);
+        }
+        set_opt(&mut global.ca_file, &flags.etcd_cafile);
+        set_opt(&mut global.cert_file, &flags.etcd_certfile);
+        set_opt(&mut global.key_file, &flags.etcd_keyfile);
         if !flags.upstreams.is_empty() {
             self.upstream.urls = flags.upstreams.clone();
         }

@@ -46,6 +46,9 @@ pub enum Reason {
     /// Another request of its unlearned heavy-looking pattern stayed in
     /// flight for the whole wait.
     Unlearned,
+    /// The share of the cluster-wide etcd-read budget had no room within
+    /// `maxWait` ([`crate::budget::shared`]).
+    SharedBudget,
 }
 
 impl Reason {
@@ -61,6 +64,7 @@ impl Reason {
             Reason::TooManyFlows => "tooManyFlows",
             Reason::RateLimit => "rateLimit",
             Reason::Unlearned => "unlearned",
+            Reason::SharedBudget => "sharedBudget",
         }
     }
 
@@ -75,6 +79,9 @@ impl Reason {
             Reason::Unlearned => {
                 "a request of this pattern, whose cost is not learned yet, is still in flight"
             }
+            Reason::SharedBudget => {
+                "the etcd-read budget shared by all masters had no room for this request within the wait limit"
+            }
             _ => "admitted",
         }
     }
@@ -83,6 +90,18 @@ impl Reason {
 /// The bytes a prediction charges: sent plus weighted etcd reads.
 pub fn charge(p: &Prediction, etcd_read_weight: f64) -> f64 {
     p.response_bytes + etcd_read_weight * p.read_bytes
+}
+
+/// The bytes read from etcd once the response ended: an unfiltered etcd
+/// read reads what it sends; a filtered one what was predicted.
+pub fn actual_read(p: &Prediction, filtered: bool, sent: f64) -> f64 {
+    if p.read_bytes <= 0.0 {
+        0.0
+    } else if filtered {
+        p.read_bytes
+    } else {
+        sent
+    }
 }
 
 /// The actual charge once the response ended: the bytes sent (uncompressed
@@ -97,14 +116,7 @@ pub fn actual_charge(
     etcd_read_weight: f64,
     debited: f64,
 ) -> f64 {
-    let read = if p.read_bytes <= 0.0 {
-        0.0
-    } else if filtered {
-        p.read_bytes
-    } else {
-        sent
-    };
-    let actual = sent + etcd_read_weight * read;
+    let actual = sent + etcd_read_weight * actual_read(p, filtered, sent);
     if complete {
         actual
     } else {

@@ -125,6 +125,9 @@ pub struct Quota {
     pub scaling: Scaling,
     /// Rejections logged per second at most (the rest are counted). Default `5`.
     pub log_per_second: f64,
+    /// The etcd-bound budget shared by the tollgates of all masters
+    /// (see [`crate::budget::shared`]). Off by default.
+    pub global: crate::budget::shared::settings::Global,
 }
 
 /// What a flow (one fair queue, one per-client rate) is for a verified
@@ -326,6 +329,7 @@ impl Default for Quota {
             retry_after: RetryAfter::default(),
             scaling: Scaling::default(),
             log_per_second: 5.0,
+            global: Default::default(),
         }
     }
 }
@@ -502,6 +506,7 @@ impl Quota {
         )?;
         positive("quota.scaling.refreshSeconds", self.scaling.refresh_seconds)?;
         non_negative("quota.logPerSecond", self.log_per_second)?;
+        self.global.validate()?;
         Ok(())
     }
 }

@@ -682,6 +682,9 @@ mod tests {
                 reason: "forbidden",
             })
             .inc();
+        // With the shared etcd-read budget on, its metrics too (one view gives each a sample).
+        let shared = crate::budget::shared::metrics::SharedMetrics::register(&mut registry);
+        shared.update(&crate::budget::shared::coordination::SharedView::sample());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         let exported: BTreeSet<String> = text

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::admit::{with_lane, Hold};
 use crate::config;
 use crate::context::RequestCtx;
-use crate::enforce::decision::actual_charge;
+use crate::enforce::decision::{actual_charge, actual_read};
 use crate::forward::Forwarded;
 use crate::metrics::{DirectionLabel, Metrics, SourceLabel, VerbCode};
 use crate::pattern::PatternKey;
@@ -96,7 +96,7 @@ impl Observer {
     }
 
     /// The response ended: learn, settle the quota debit, export.
-    fn finish(&self, e: Ending, tally: Tally) {
+    fn finish(&self, mut e: Ending, tally: Tally) {
         let outcome = Outcome {
             status: e.status.as_u16(),
             bytes: tally.bytes,
@@ -131,6 +131,17 @@ impl Observer {
         cache.observe(key, &outcome, now);
         let sent = cache.uncompressed(key, outcome.bytes, outcome.gzip);
         drop(cache);
+        if let Some(etcd) = e.hold.take_etcd() {
+            let complete = outcome.completion == Completion::End;
+            let read = actual_read(&e.predicted, key.has_selector(), sent);
+            // A response cut short read at least what was passed.
+            let read = if complete {
+                read
+            } else {
+                read.max(etcd.debited())
+            };
+            etcd.settle(read);
+        }
         let debited = e.hold.debited();
         if debited > 0.0 {
             let complete = outcome.completion == Completion::End;
