@@ -324,11 +324,11 @@ fn a_failing_step_stops_the_run_and_namespaces_are_still_deleted() -> anyhow::Re
     let sim = SimProcess::start(&[])?;
     let dir = tempfile::tempdir()?;
     write(dir.path(), "cm.yaml", CONFIGMAP);
-    // The simulator serves no secrets: every create answers 404.
+    // A custom resource no CRD defines: every create answers 404.
     write(
         dir.path(),
         "secret.yaml",
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: '{{.Name}}'}\n",
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: '{{.Name}}'}\n",
     );
     let file = write(
         dir.path(),
