@@ -15,6 +15,15 @@ fn or_insert(m: &mut Map<String, Value>, k: &str, v: Value) {
     m.entry(k).or_insert(v);
 }
 
+/// The objects of `m`'s `ports` list (a container's or a Service's).
+fn ports(m: &mut Map<String, Value>) -> impl Iterator<Item = &mut Map<String, Value>> {
+    m.get_mut("ports")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+}
+
 fn obj<'a>(v: &'a mut Value, k: &str) -> Option<&'a mut Map<String, Value>> {
     let m = v.as_object_mut()?;
     m.entry(k).or_insert_with(|| json!({})).as_object_mut()
@@ -50,15 +59,8 @@ pub fn pod_spec(spec: &mut Value) {
             or_insert(c, "resources", json!({}));
             or_insert(c, "terminationMessagePath", "/dev/termination-log".into());
             or_insert(c, "terminationMessagePolicy", "File".into());
-            for p in c
-                .get_mut("ports")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(p) = p.as_object_mut() {
-                    or_insert(p, "protocol", "TCP".into());
-                }
+            for p in ports(c) {
+                or_insert(p, "protocol", "TCP".into());
             }
         }
     }
@@ -292,17 +294,10 @@ pub fn service(v: &mut Value, ips: &ClusterIps) -> Result<(), String> {
     };
     or_insert(s, "type", "ClusterIP".into());
     or_insert(s, "sessionAffinity", "None".into());
-    for p in s
-        .get_mut("ports")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(p) = p.as_object_mut() {
-            or_insert(p, "protocol", "TCP".into());
-            if let Some(port) = p.get("port").cloned() {
-                or_insert(p, "targetPort", port);
-            }
+    for p in ports(s) {
+        or_insert(p, "protocol", "TCP".into());
+        if let Some(port) = p.get("port").cloned() {
+            or_insert(p, "targetPort", port);
         }
     }
     let external_name = s.get("type").and_then(Value::as_str) == Some("ExternalName");

@@ -151,7 +151,7 @@ impl Api {
             // A POST to a named object has no route (creates go to the collection).
             return respond::status(&method_not_allowed());
         }
-        if info.subresource.is_empty() && !def.supports_verb(verb_name(info.verb)) {
+        if info.subresource.is_empty() && !def.supports_verb(info.verb.as_str()) {
             // Verbs discovery does not list for the resource have no route.
             return respond::status(&method_not_allowed());
         }
@@ -379,21 +379,6 @@ fn method_not_allowed() -> Status {
     );
     s.details = Some(apimodel::status::StatusDetails::default());
     s
-}
-
-/// The verb as discovery names it.
-fn verb_name(v: Verb) -> &'static str {
-    match v {
-        Verb::Get => "get",
-        Verb::List => "list",
-        Verb::Watch => "watch",
-        Verb::Create => "create",
-        Verb::Update => "update",
-        Verb::Patch => "patch",
-        Verb::Delete => "delete",
-        Verb::DeleteCollection => "deletecollection",
-        Verb::Connect | Verb::NonResource => "",
-    }
 }
 
 fn scope(info: &RequestInfo) -> &'static str {
