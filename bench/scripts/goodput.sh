@@ -222,6 +222,22 @@ run() {
     ) >"$d/memory" 2>/dev/null &
     local sampler=$!
     PIDS+=("$sampler")
+    # The budget's state every second (budget.trace: seconds since the start, then /debug/budget),
+    # to see how the controller moved during the run.
+    local tracer=""
+    if [[ -n $admin ]]; then
+        (
+            start=$(date +%s.%N)
+            while kill -0 "$tg_pid" 2>/dev/null; do
+                printf '%s ' "$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN {printf "%.1f", n - s}')"
+                curl -s -m 1 "$admin/debug/budget" | tr -d '\n'
+                echo
+                sleep 1
+            done
+        ) >"$d/budget.trace" 2>/dev/null &
+        tracer=$!
+        PIDS+=("$tracer")
+    fi
     [[ -n $METRICS_URL ]] && curl -s -m 5 "$METRICS_URL" >"$d/plane.before" || true
     local common=(--server "$target" --duration "${RUN_SECONDS}s" --no-progress)
     local hb_auth=() list_auth=()
@@ -245,8 +261,8 @@ run() {
     [[ -n $METRICS_URL ]] && curl -s -m 5 "$METRICS_URL" >"$d/plane.after" || true
     [[ -n $admin ]] && { curl -s -m 5 "$admin/metrics" >"$d/tollgate.metrics" || true; }
     [[ -n $admin ]] && { curl -s -m 5 "$admin/debug/budget" >"$d/budget.json" 2>/dev/null || true; }
-    kill "$sampler" 2>/dev/null || true
-    wait "$sampler" 2>/dev/null || true
+    kill "$sampler" ${tracer:+"$tracer"} 2>/dev/null || true
+    wait "$sampler" ${tracer:+"$tracer"} 2>/dev/null || true
     if [[ -n $tg_pid ]]; then kill "$tg_pid" 2>/dev/null || true; wait "$tg_pid" 2>/dev/null || true; fi
     stop_plane "$plane" "$d"
     echo "$plane $name $via ${rate:-0} $lists_rate" >>"$TMP/runs"

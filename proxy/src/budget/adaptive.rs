@@ -87,6 +87,15 @@
 //!   in one increase (with the same evidence as any other): in between, the
 //!   request runs alone anyway, only later, and ×1.125 steps from a few
 //!   MB to a 76 MB LIST took a minute of 429s.
+//! - **Recovery** after a decrease, as TCP CUBIC regains its window: the
+//!   level in use when the heartbeats went slow was near what the apiserver
+//!   takes, so while the level is under [`RECOVERY`] (0.8) of it, growth
+//!   is the slow-start step (×1.3), and only past it the ×1.125 probe. A
+//!   cut by half is regained to 0.8 in two steps instead of four, each on
+//!   the same evidence as any increase. On the real apiserver one pause cut
+//!   the level from 168 to 65 MB early in a run, and ×1.125 steps did not
+//!   climb back to the ~150 MB it took until the run's last seconds: 40 to
+//!   52 LISTs a minute where other runs served 90.
 //! - **Hold** otherwise: no signal (too few protected requests), idle, or
 //!   in the band.
 //!
@@ -101,10 +110,13 @@
 //!   (on the simulator, at one LIST at a time, each LIST's pause cut the
 //!   level and the next step put it back, every 2.5 s). In an overload
 //!   every heartbeat is slow, and the budget is spent within a second or
-//!   so. But right after a slow-start multiplication any spike cuts: it is
-//!   the likeliest onset of what the step let in, and on the real
-//!   apiserver the heartbeats' median tripled over the 3 s the tail took
-//!   to fill after one.
+//!   so. But right after a slow-start (or recovery) multiplication a spike
+//!   is the likeliest onset of what the step let in (on the real apiserver
+//!   the heartbeats' median tripled over the 3 s the tail took to fill
+//!   after one): over the target it cuts; within it, the step is undone —
+//!   the level before it had shown healthy, and a cut of what is in use
+//!   (which lags a growing level) halved the level there, costing half
+//!   the run's LISTs while ×1.125 steps climbed back.
 //! - Growth needs the tail under `HEADROOM` of its budget too. On the
 //!   simulator each LIST slowed one or two heartbeats, which the short
 //!   window never shows; the level grew until fifteen LISTs a minute put
@@ -145,10 +157,13 @@ pub const MIN_EVIDENCE: Duration = super::signal::MIN_WINDOW;
 pub const HOLD_AFTER_DRAIN: Duration = super::signal::MIN_WINDOW;
 /// The longest a decrease holds off the next, drained or not.
 pub const MAX_HOLD: Duration = Duration::from_secs(30);
-/// Growth per increase in slow start…
+/// Growth per increase in slow start (and in recovery)…
 pub const SLOW_START_GROWTH: f64 = 1.3;
 /// …and after it.
 pub const GROWTH: f64 = 1.125;
+/// After a decrease, growth is the slow-start step up to this share of the
+/// level in use at the cut.
+pub const RECOVERY: f64 = 0.8;
 /// Admitted bytes are summed over this long to measure use.
 pub const USE_WINDOW: Duration = Duration::from_secs(10);
 /// The share of protected requests a p99 target lets be slower.
@@ -230,8 +245,12 @@ pub struct Controller {
     last_decrease: Option<Instant>,
     /// The level is one request at a time (set by the step up to it).
     one_request: bool,
-    /// The last change was a slow-start multiplication.
+    /// The last change was a slow-start (or recovery) multiplication.
     multiplied: bool,
+    /// After a decrease: `RECOVERY` of the level in use at the cut (0: none).
+    recover_to: f64,
+    /// The level before the last increase.
+    before_step: f64,
     /// After a decrease: when the bytes in flight fell under the budget.
     drained_at: Option<Instant>,
     /// Peak bytes in flight since the last change.
@@ -274,6 +293,8 @@ impl Controller {
             last_decrease: None,
             one_request: false,
             multiplied: false,
+            recover_to: 0.0,
+            before_step: 0.0,
             drained_at: None,
             peak: 0.0,
             waiting: 0.0,
@@ -403,11 +424,16 @@ impl Controller {
                 // Not ours to fix: nothing heavy was running.
                 return Action::HoldIdle;
             }
-            // Just after a slow-start multiplication a spike is the likeliest
-            // onset of the overload it let in, and waiting for the tail to
-            // fill costs seconds of slow heartbeats.
-            if !self.multiplied && o.upstream_errors == 0 && spent.is_some_and(|s| s <= SET_POINT) {
+            let spike = o.upstream_errors == 0 && spent.is_some_and(|s| s <= SET_POINT);
+            if spike && !self.multiplied {
                 return Action::HoldSpike;
+            }
+            // Just after a slow-start or recovery multiplication a spike is the likeliest
+            // onset of the overload it let in, and waiting for the tail to
+            // fill costs seconds of slow heartbeats. Still within the target,
+            // the step is undone; over it, cut.
+            if spike && ratio <= 1.0 / SET_POINT {
+                return self.undo_step(o, now);
             }
             return self.decrease((1.0 / ratio).clamp(CUT_RANGE.0, CUT_RANGE.1), o, now);
         }
@@ -457,12 +483,20 @@ impl Controller {
         if self.level >= hi {
             return Action::HoldBound;
         }
-        let factor = match self.phase {
-            Phase::SlowStart => SLOW_START_GROWTH,
-            Phase::Steady => GROWTH,
+        let level = match self.phase {
+            Phase::SlowStart => self.level * SLOW_START_GROWTH,
+            // Recovery: the slow-start step, but not past `recover_to`.
+            Phase::Steady if self.level < self.recover_to => (self.level * SLOW_START_GROWTH)
+                .min(self.recover_to)
+                .max(self.level * GROWTH),
+            Phase::Steady => self.level * GROWTH,
         };
-        self.change(self.level * factor, now);
-        self.multiplied = self.phase == Phase::SlowStart;
+        // A step larger than the probe's: a spike right after it cuts.
+        let multiplied = level > self.level * GROWTH * 1.000_001;
+        let before = self.level;
+        self.change(level, now);
+        self.multiplied = multiplied;
+        self.before_step = before;
         self.increases += 1;
         Action::Increase
     }
@@ -483,7 +517,9 @@ impl Controller {
         if self.level <= lo {
             return Action::HoldBound;
         }
-        let level = self.level.min(self.used()) * cut;
+        let in_use = self.level.min(self.used());
+        let level = in_use * cut;
+        self.recover_to = in_use * RECOVERY;
         // A cut at one request at a time says that request was heavy
         // (the first LIST from a cold etcd always is), not where the
         // budget's edge is: slow start goes on.
@@ -491,6 +527,21 @@ impl Controller {
             self.phase = Phase::Steady;
         }
         self.change(level, now);
+        self.last_decrease = Some(now);
+        self.drained_at = (o.inflight_used <= self.inflight()).then_some(now);
+        self.decreases += 1;
+        Action::Decrease
+    }
+
+    /// Back to the level before the last multiplication, which had shown
+    /// healthy, and out of slow start (but at one request at a time): the
+    /// step found the edge.
+    fn undo_step(&mut self, o: &Observation, now: Instant) -> Action {
+        if !self.one_request {
+            self.phase = Phase::Steady;
+        }
+        self.recover_to = 0.0;
+        self.change(self.before_step, now);
         self.last_decrease = Some(now);
         self.drained_at = (o.inflight_used <= self.inflight()).then_some(now);
         self.decreases += 1;

@@ -330,7 +330,8 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
     assert_eq!(c.step(&waiting, t0 + ms(21_000)), Action::Increase);
     let grown = 33.0 * MB * SLOW_START_GROWTH;
     assert_eq!(c.level(), grown);
-    // After a decrease growth is proportional…
+    // After a decrease growth is proportional (in recovery, the slow-start
+    // step up to 0.8 of the level at the cut)…
     let over = Observation {
         waiting: 40.0 * MB,
         ..obs(Some(100), 66.0 * MB, 2, false)
@@ -344,7 +345,7 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
     };
     c.note_completion(t0 + ms(22_000));
     assert_eq!(c.step(&small, t0 + ms(24_000)), Action::Increase);
-    assert!((c.level() - grown / 2.0 * GROWTH).abs() < 1.0);
+    assert!((c.level() - grown / 2.0 * SLOW_START_GROWTH).abs() < 1.0);
     // …but never under one waiting request (it would run alone anyway).
     let big = Observation {
         waiting: 200.0 * MB,
@@ -514,4 +515,86 @@ fn a_spike_at_one_request_at_a_time_is_left_to_the_tail() {
     };
     assert_eq!(c.step(&pause, t0 + ms(2500)), Action::HoldSpike);
     assert_eq!(c.level(), 62.0 * MB);
+}
+
+#[test]
+fn after_a_cut_the_level_regains_most_of_what_was_in_use_in_slow_start_steps() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let grown = three_increases(&mut c, t0);
+    // An overload with the whole level in use: cut by half, out of slow start.
+    let overload = Observation {
+        tail: tail(13),
+        ..obs(Some(200), grown, 3, true)
+    };
+    assert_eq!(c.step(&overload, t0 + ms(6500)), Action::Decrease);
+    assert_eq!(c.phase(), Phase::Steady);
+    let cut = c.level();
+    assert!((cut - grown / 2.0).abs() < 1.0);
+    // Healthy again once drained, with LISTs waiting: ×1.3 up to 0.8 of
+    // the level in use at the cut, each step on evidence…
+    let healthy = obs(Some(10), 0.0, 0, true);
+    let mut t = t0 + ms(6500) + MAX_HOLD;
+    let mut levels = vec![];
+    for _ in 0..4 {
+        c.note_completion(t - ms(100));
+        assert_eq!(c.step(&healthy, t), Action::Increase);
+        levels.push(c.level());
+        t += ms(2000);
+    }
+    assert!((levels[0] - cut * SLOW_START_GROWTH).abs() < 1.0);
+    assert!(
+        (levels[1] - grown * RECOVERY).abs() < 1.0,
+        "the second step stops at 0.8 of what was in use: {} vs {}",
+        levels[1],
+        grown * RECOVERY
+    );
+    // …then the ×1.125 probe.
+    assert!((levels[2] - levels[1] * GROWTH).abs() < 1.0);
+    assert!((levels[3] - levels[2] * GROWTH).abs() < 1.0);
+}
+
+#[test]
+fn a_spike_right_after_a_recovery_step_cuts() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let grown = three_increases(&mut c, t0);
+    let overload = Observation {
+        tail: tail(13),
+        ..obs(Some(200), grown, 3, true)
+    };
+    assert_eq!(c.step(&overload, t0 + ms(6500)), Action::Decrease);
+    let t = t0 + ms(6500) + MAX_HOLD;
+    c.note_completion(t - ms(100));
+    assert_eq!(c.step(&obs(Some(10), 0.0, 0, true), t), Action::Increase);
+    let spike = Observation {
+        tail: tail(3),
+        ..obs(Some(170), c.level(), 2, true)
+    };
+    assert_eq!(c.step(&spike, t + ms(500)), Action::Decrease);
+}
+
+#[test]
+fn a_spike_within_the_target_right_after_a_step_undoes_the_step() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let grown = three_increases(&mut c, t0);
+    let before = grown / SLOW_START_GROWTH;
+    // 40 ms: over the 35 ms set point, within the 50 ms target; a quiet tail.
+    let spike = Observation {
+        tail: tail(1),
+        ..obs(Some(40), grown / 4.0, 1, true)
+    };
+    assert_eq!(c.step(&spike, t0 + ms(6500)), Action::Decrease);
+    assert!(
+        (c.level() - before).abs() < 1.0,
+        "{} vs {before}",
+        c.level()
+    );
+    assert_eq!(c.phase(), Phase::Steady);
+    // The next growth is the probe's.
+    let t = t0 + ms(6500) + MAX_HOLD;
+    c.note_completion(t - ms(100));
+    assert_eq!(c.step(&obs(Some(10), 0.0, 0, true), t), Action::Increase);
+    assert!((c.level() - before * GROWTH).abs() < 1.0);
 }

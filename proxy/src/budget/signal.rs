@@ -91,8 +91,16 @@ pub struct Tail {
 
 impl Tail {
     /// The share of a window's requests that were slow: `slow` against the
-    /// samples the whole window holds at the rate seen over `span`.
+    /// samples the whole window holds at the rate seen over `span` — but for
+    /// a window cut short by [`MAX_SAMPLES`], whose span is short because
+    /// the requests are many, not because they have only begun: there,
+    /// `slow` against the samples it holds (at 100 heartbeats a second the
+    /// cap holds 41 s, and scaling it to a minute made the tail look a third
+    /// smaller than it was).
     pub fn share(&self) -> f64 {
+        if self.samples >= MAX_SAMPLES {
+            return self.slow as f64 / self.samples as f64;
+        }
         let span = self.span.max(MIN_WINDOW).as_secs_f64();
         let whole = self.samples as f64 * (TAIL_WINDOW.as_secs_f64() / span).max(1.0);
         self.slow as f64 / whole.max(1.0)
@@ -394,6 +402,26 @@ mod tests {
         assert_eq!(t.samples, 1201, "the window's ends are both in");
         assert_eq!(t.slow, 12);
         assert!((t.share() - 0.01).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_tail_cut_short_by_the_cap_is_judged_on_what_it_holds() {
+        let mut s = Signal::new();
+        let mut now = Instant::now();
+        // 100/s for a minute, 1% slow: the cap keeps the last 41 s.
+        for i in 0..6000u64 {
+            now += ms(10);
+            let l = ms(if i % 100 == 7 { 80 } else { 10 });
+            s.record(l, now - l, now);
+        }
+        let t = s.tail(ms(50), now).expect("enough");
+        assert_eq!(t.samples, MAX_SAMPLES);
+        assert!(t.span < Duration::from_secs(42), "{:?}", t.span);
+        assert!(
+            (t.share() - 0.01).abs() < 1e-3,
+            "1% slow, not 0.68%: {}",
+            t.share()
+        );
     }
 
     #[test]
