@@ -65,7 +65,8 @@
 //!   budget and a signal window ([`HOLD_AFTER_DRAIN`]) has passed, or
 //!   [`MAX_HOLD`] in any case — until then the p99 still reflects LISTs
 //!   admitted before the cut.
-//! - **Increase** when, for at least [`MIN_EVIDENCE`] since the last change
+//! - **Increase** when, for at least [`MIN_EVIDENCE`] (in slow start; after
+//!   it [`STEADY_EVIDENCE`], 4 s) since the last change
 //!   (and since the p99 was last in the band), the p99 stayed under
 //!   `HEADROOM`·target, no 429/5xx came back, heavy requests waited for the
 //!   budget, and the last change could show: a request admitted after it
@@ -150,9 +151,15 @@ pub const TURNOVER: Duration = Duration::from_secs(4);
 pub const SET_POINT: f64 = 0.7;
 /// …and under this share it may grow; between them it holds.
 pub const HEADROOM: f64 = 0.6;
-/// The least time a change is watched before the next increase (the
-/// signal's shortest window).
+/// The least time a change is watched before the next increase in slow
+/// start (the signal's shortest window)…
 pub const MIN_EVIDENCE: Duration = super::signal::MIN_WINDOW;
+/// …and after it: one turnover of the level, the time the rate takes to
+/// admit what the level holds. Past slow start the level is near the
+/// apiserver's edge, where the real apiserver answers a step 3–5 s late
+/// (its heap grows with what it holds); ×1.125 every 2 s stepped past the
+/// edge before the first step's slow heartbeats came back.
+pub const STEADY_EVIDENCE: Duration = TURNOVER;
 /// After a decrease has drained, the time before another may follow.
 pub const HOLD_AFTER_DRAIN: Duration = super::signal::MIN_WINDOW;
 /// The longest a decrease holds off the next, drained or not.
@@ -464,7 +471,11 @@ impl Controller {
         let one_request = self.level < 0.9 * self.waiting.min(hi);
         // A cold start to one request has nothing to watch yet.
         if !(one_request && self.phase == Phase::SlowStart) {
-            let watched = now.saturating_duration_since(self.evidence_since) >= MIN_EVIDENCE;
+            let evidence = match self.phase {
+                Phase::SlowStart => MIN_EVIDENCE,
+                Phase::Steady => STEADY_EVIDENCE,
+            };
+            let watched = now.saturating_duration_since(self.evidence_since) >= evidence;
             // Only a request admitted under the new level can show what it
             // does; an idle lane shows nothing (a level doubled while nothing
             // could run opened the gate wide on the real apiserver).

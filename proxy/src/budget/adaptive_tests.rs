@@ -109,13 +109,14 @@ fn a_cold_start_grows_then_a_violation_cuts_and_holds_until_drained() {
     // level, held at the 4 MB least level.
     level = (level * 0.7).max(4.0 * MB);
     assert!((c.level() - level).abs() < 1.0);
-    // Healthy again: evidence for 2 s, then ×1.125.
+    // Healthy again: evidence for one turnover (out of slow start), then ×1.125.
     let ok = obs(Some(20), 0.0, 0, true);
     assert_eq!(c.step(&ok, t0 + ms(12_000)), Action::HoldEvidence);
     c.note_completion(t0 + ms(11_500));
-    assert_eq!(c.step(&ok, t0 + ms(13_000)), Action::Increase);
+    assert_eq!(c.step(&ok, t0 + ms(13_000)), Action::HoldEvidence);
+    assert_eq!(c.step(&ok, t0 + ms(15_000)), Action::Increase);
     assert!((c.level() - level * GROWTH).abs() < 1.0);
-    assert_eq!(c.view(t0 + ms(13_000)).decreases, 2);
+    assert_eq!(c.view(t0 + ms(15_000)).decreases, 2);
 }
 
 #[test]
@@ -344,15 +345,16 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
         ..obs(Some(10), 0.0, 0, false)
     };
     c.note_completion(t0 + ms(22_000));
-    assert_eq!(c.step(&small, t0 + ms(24_000)), Action::Increase);
+    assert_eq!(c.step(&small, t0 + ms(24_000)), Action::HoldEvidence);
+    assert_eq!(c.step(&small, t0 + ms(25_500)), Action::Increase);
     assert!((c.level() - grown / 2.0 * SLOW_START_GROWTH).abs() < 1.0);
     // …but never under one waiting request (it would run alone anyway).
     let big = Observation {
         waiting: 200.0 * MB,
         ..obs(Some(10), 0.0, 0, false)
     };
-    c.note_completion(t0 + ms(24_500));
-    assert_eq!(c.step(&big, t0 + ms(26_500)), Action::Increase);
+    c.note_completion(t0 + ms(26_000));
+    assert_eq!(c.step(&big, t0 + ms(29_500)), Action::Increase);
     assert_eq!(c.level(), 200.0 * MB);
 }
 
@@ -403,7 +405,7 @@ fn a_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
         Action::HoldEvidence,
         "the band restarted the evidence"
     );
-    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(12_000)), Action::Increase);
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(14_000)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB, "one request at a time again");
 }
 
@@ -492,7 +494,7 @@ fn the_tail_stops_growth_and_cuts_once_when_spent() {
         tail: tail(7),
         ..obs(Some(10), 0.0, 0, true)
     };
-    assert_eq!(c.step(&seven, t0 + ms(42_000)), Action::Increase);
+    assert_eq!(c.step(&seven, t0 + ms(43_500)), Action::Increase);
 }
 
 #[test]
@@ -540,7 +542,7 @@ fn after_a_cut_the_level_regains_most_of_what_was_in_use_in_slow_start_steps() {
         c.note_completion(t - ms(100));
         assert_eq!(c.step(&healthy, t), Action::Increase);
         levels.push(c.level());
-        t += ms(2000);
+        t += STEADY_EVIDENCE;
     }
     assert!((levels[0] - cut * SLOW_START_GROWTH).abs() < 1.0);
     assert!(
