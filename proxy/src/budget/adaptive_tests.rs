@@ -457,44 +457,44 @@ fn the_tail_stops_growth_and_cuts_once_when_spent() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
     let level = three_increases(&mut c, t0);
-    // The short window healthy, but 9 of 1,200 slow (0.75%, over HEADROOM
-    // of the 1% budget): no growth.
+    // The short window healthy, but 7 of 1,200 slow (0.58%, over HEADROOM
+    // of the 0.8% budget): no growth.
     c.note_completion(t0 + ms(6100));
-    let nine = Observation {
-        tail: tail(9),
+    let seven = Observation {
+        tail: tail(7),
         ..obs(Some(10), level, 1, true)
     };
-    assert_eq!(c.step(&nine, t0 + ms(8000)), Action::HoldBand);
+    assert_eq!(c.step(&seven, t0 + ms(8000)), Action::HoldBand);
     assert_eq!(c.level(), level);
-    // 15 of 1,200 (1.25%): cut by 1/1.25, from what is used.
-    let fifteen = Observation {
-        tail: tail(15),
+    // 12 of 1,200 (1%, 1.25 budgets): cut by 1/1.25, from what is used.
+    let twelve = Observation {
+        tail: tail(12),
         ..obs(Some(10), level, 1, true)
     };
-    assert_eq!(c.step(&fifteen, t0 + ms(9000)), Action::Decrease);
+    assert_eq!(c.step(&twelve, t0 + ms(9000)), Action::Decrease);
     assert!((c.level() - level * 0.8).abs() < 1.0);
     assert_eq!(c.phase(), Phase::Steady);
     // The tail still holds the samples from before the cut: no second cut
     // for half a window, however drained.
     for s in 1..30 {
         let o = Observation {
-            tail: tail(15),
+            tail: tail(12),
             ..obs(Some(10), 0.0, 0, true)
         };
         assert_eq!(c.step(&o, t0 + ms(9000 + s * 1000)), Action::HoldBand);
     }
     let o = Observation {
-        tail: tail(15),
+        tail: tail(12),
         ..obs(Some(10), 0.0, 1, true)
     };
     assert_eq!(c.step(&o, t0 + ms(39_500)), Action::Decrease);
-    // Under HEADROOM of the budget (7 of 1,200), with evidence: growth again.
+    // Under HEADROOM of the budget (5 of 1,200), with evidence: growth again.
     c.note_completion(t0 + ms(40_000));
-    let seven = Observation {
-        tail: tail(7),
+    let five = Observation {
+        tail: tail(5),
         ..obs(Some(10), 0.0, 0, true)
     };
-    assert_eq!(c.step(&seven, t0 + ms(43_500)), Action::Increase);
+    assert_eq!(c.step(&five, t0 + ms(43_500)), Action::Increase);
 }
 
 #[test]
@@ -599,4 +599,37 @@ fn a_spike_within_the_target_right_after_a_step_undoes_the_step() {
     c.note_completion(t - ms(100));
     assert_eq!(c.step(&obs(Some(10), 0.0, 0, true), t), Action::Increase);
     assert!((c.level() - before * GROWTH).abs() < 1.0);
+}
+
+#[test]
+fn past_the_last_edge_by_a_slow_start_step_slow_start_resumes() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let grown = three_increases(&mut c, t0);
+    // A spike within the target right after the step: undone, steady.
+    let spike = Observation {
+        tail: tail(1),
+        ..obs(Some(40), grown / 4.0, 1, true)
+    };
+    assert_eq!(c.step(&spike, t0 + ms(6500)), Action::Decrease);
+    assert_eq!(c.phase(), Phase::Steady);
+    let healthy = obs(Some(10), 0.0, 0, true);
+    let mut t = t0 + ms(6500) + MAX_HOLD;
+    let mut factors = vec![];
+    for _ in 0..6 {
+        let before = c.level();
+        c.note_completion(t - ms(100));
+        assert_eq!(c.step(&healthy, t), Action::Increase);
+        factors.push(c.level() / before);
+        t += STEADY_EVIDENCE;
+    }
+    // ×1.125 from `grown / 1.3` (5 probes) to past 1.3 × `grown` (the
+    // edge ×1.3): from there, slow start's steps.
+    assert!(
+        factors[..5].iter().all(|f| (f - GROWTH).abs() < 1e-9),
+        "{factors:?}"
+    );
+    assert!(c.level() / SLOW_START_GROWTH >= grown * SLOW_START_GROWTH);
+    assert!((factors[5] - SLOW_START_GROWTH).abs() < 1e-9, "{factors:?}");
+    assert_eq!(c.phase(), Phase::SlowStart);
 }
