@@ -267,6 +267,29 @@ async fn services_get_a_cluster_ip_from_the_range(backend: Backend) {
         200,
     );
     assert_eq!(sa["kind"], "ServiceAccount");
+
+    // Deleting the namespace gives its Services' addresses back.
+    let team = "/api/v1/namespaces/team/services";
+    let t = ok(&h.post(team, &svc("t", None)).await, 201);
+    let it = t["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert_eq!(h.post(base, &svc("d", Some(&it))).await.status, 422);
+    assert!(h
+        .delete("/api/v1/namespaces/team")
+        .await
+        .status
+        .is_success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while h.get("/api/v1/namespaces/team").await.status != 404 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the namespace is still there"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        ok(&h.post(base, &svc("d", Some(&it))).await, 201)["spec"]["clusterIP"],
+        it
+    );
 }
 
 fn widget_crd() -> Value {

@@ -185,9 +185,20 @@ fn serving_state(
         stop.clone(),
     );
     let reaper = storage::reaper::Reaper::new();
-    tokio::spawn(reaper.clone().run(storage.clone(), stop.clone()));
+    let cluster_ips = Arc::new(api::defaults::ClusterIps::new(
+        std::net::Ipv4Addr::new(10, 96, 0, 0),
+        12,
+    ));
+    let ips = cluster_ips.clone();
+    tokio::spawn(
+        reaper
+            .clone()
+            .run(storage.clone(), stop.clone(), move |def, gone| {
+                ips.release_service(def, &gone.value());
+            }),
+    );
     Arc::new(Api {
-        cluster_ips: api::defaults::ClusterIps::new(std::net::Ipv4Addr::new(10, 96, 0, 0), 12),
+        cluster_ips,
         store,
         storage,
         metrics,

@@ -279,6 +279,15 @@ impl ClusterIps {
         }
     }
 
+    /// Gives a deleted object's address back if it is a Service with one.
+    pub fn release_service(&self, def: &ResourceDef, v: &Value) {
+        if def.group.is_empty() && def.name == "services" {
+            if let Some(ip) = service_ip(v) {
+                self.release(ip);
+            }
+        }
+    }
+
     fn offset(&self, ip: &str) -> Option<u32> {
         let ip = u32::from(ip.parse::<Ipv4Addr>().ok()?);
         let off = ip.checked_sub(self.base)?;

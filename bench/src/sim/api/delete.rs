@@ -140,11 +140,7 @@ pub async fn delete(
         .write(def, &k, None, Write::Delete)
         .await
         .map_err(|e| store_status(e, def, name))?;
-    if def.group.is_empty() && def.name == "services" {
-        if let Some(ip) = super::defaults::service_ip(&v) {
-            api.cluster_ips.release(ip);
-        }
-    }
+    api.cluster_ips.release_service(def, &v);
     if crd {
         // kube-apiserver answers the CRD as its finalizer found it: marked for deletion,
         // `Terminating`, not yet gone.

@@ -71,7 +71,7 @@ pub struct Api {
     /// What `/metrics` says is stored.
     pub counts: counts::ObjectCounts,
     /// Services' ClusterIPs (10.96.0.0/12, kubeadm's default range).
-    pub cluster_ips: defaults::ClusterIps,
+    pub cluster_ips: Arc<defaults::ClusterIps>,
 }
 
 /// What the connection knows about its client.

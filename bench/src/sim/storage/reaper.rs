@@ -2,9 +2,10 @@
 //! pod's graceful deletion ends when its (simulated) kubelet has stopped it,
 //! and a terminating namespace is emptied and then removed.
 
+use super::object::Obj;
 use super::store::Write;
 use super::Storage;
-use crate::sim::resources;
+use crate::sim::resources::{self, ResourceDef};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -55,8 +56,14 @@ impl Reaper {
         self.push(Instant::now(), Job::Namespace(name));
     }
 
-    /// Runs the jobs as they fall due until `stop`.
-    pub async fn run(self: Arc<Self>, storage: Arc<Storage>, stop: CancellationToken) {
+    /// Runs the jobs as they fall due until `stop`; `deleted` hears of every object a
+    /// namespace's termination removes (a Service gives its ClusterIP back).
+    pub async fn run(
+        self: Arc<Self>,
+        storage: Arc<Storage>,
+        stop: CancellationToken,
+        deleted: impl Fn(&ResourceDef, &Obj),
+    ) {
         loop {
             let next = {
                 let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
@@ -68,7 +75,7 @@ impl Reaper {
             };
             match next {
                 Some(Ok(job)) => tokio::select! {
-                    _ = run_job(&storage, job) => {}
+                    _ = run_job(&storage, job, &deleted) => {}
                     _ = stop.cancelled() => return,
                 },
                 Some(Err(at)) => tokio::select! {
@@ -85,7 +92,7 @@ impl Reaper {
     }
 }
 
-async fn run_job(storage: &Storage, job: Job) {
+async fn run_job(storage: &Storage, job: Job, deleted: &impl Fn(&ResourceDef, &Obj)) {
     let store = storage.cache();
     match job {
         Job::Pod { resource, key, uid } => {
@@ -102,7 +109,9 @@ async fn run_job(storage: &Storage, job: Job) {
             for def in store.defs().into_iter().filter(|d| d.namespaced) {
                 let (_, map) = store.snapshot(def.index);
                 for (k, _) in map.iter().filter(|(_, o)| o.namespace == ns) {
-                    let _ = storage.write(def, k, None, Write::Delete).await;
+                    if let Ok(gone) = storage.write(def, k, None, Write::Delete).await {
+                        deleted(def, &gone);
+                    }
                 }
             }
             if let Some(def) = resources::by_name("namespaces") {
