@@ -452,3 +452,46 @@ async fn a_generic_list_costs_in_proportion_to_its_size() {
         "200 secrets {big:.4}s vs 20 secrets {small:.4}s"
     );
 }
+
+/// On etcd a CRD outlives the simulator: one started later on the same etcd serves its
+/// resource again, with the objects stored under it.
+#[tokio::test]
+async fn a_restart_on_etcd_serves_the_stored_crds_and_their_objects() {
+    let first = sim_on(Backend::Etcd, &["--nodes", "1", "--pods", "0"]).await;
+    let etcd_url = first.etcd.as_ref().expect("an etcd").url.clone();
+    let h = Http::new(&first.url);
+    let base = "/apis/example.com/v1/namespaces/default/widgets";
+    ok(
+        &h.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &widget_crd(),
+        )
+        .await,
+        201,
+    );
+    ok(
+        &h.post(base, &widget("kept", json!({"size": 7}))).await,
+        201,
+    );
+    let common::StoreSim { sim: s1, etcd } = first;
+    s1.stop().await;
+
+    let second = sim(&[
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &etcd_url,
+        "--nodes",
+        "1",
+        "--pods",
+        "0",
+    ])
+    .await;
+    let h = Http::new(&second.url);
+    let kept = ok(&h.get(&format!("{base}/kept")).await, 200);
+    assert_eq!(kept["spec"]["size"], 7);
+    let disc = ok(&h.get("/apis/example.com/v1").await, 200);
+    assert_eq!(disc["resources"][0]["name"], "widgets");
+    second.stop().await;
+    drop(etcd);
+}

@@ -323,18 +323,37 @@ impl EtcdStore {
     }
 
     /// Fills the cache with every served object at one revision and returns it.
+    /// The CustomResourceDefinitions found serve their resources (again, after a restart),
+    /// and those resources' objects are loaded with the rest.
     pub async fn load(&self, cache: &Store) -> Result<u64, StoreError> {
         let rev = self.revision().await?;
         let mut maps = vec![ObjMap::new(); resources::slots()];
+        let mut loaded = std::collections::HashSet::new();
+        let plan = ListPlan {
+            read_at: ReadAt::Exact(rev),
+            limit: None,
+            start: None,
+            filter: Filter::default(),
+            from_cache: false,
+        };
         for def in cache.defs() {
-            let plan = ListPlan {
-                read_at: ReadAt::Exact(rev),
-                limit: None,
-                start: None,
-                filter: Filter::default(),
-                from_cache: false,
-            };
             maps[def.index] = self.list(def, &plan).await?.1;
+            loaded.insert(def.index);
+        }
+        let crds = resources::builtins()
+            .iter()
+            .find(|d| d.group == "apiextensions.k8s.io" && d.name == "customresourcedefinitions");
+        if let Some(crds) = crds {
+            for crd in maps[crds.index].values() {
+                if let Err(e) = cache.custom().install(&crd.value()) {
+                    tracing::warn!(crd = %crd.name, error = %e, "a stored CRD is not served");
+                }
+            }
+            for def in cache.defs() {
+                if loaded.insert(def.index) {
+                    maps[def.index] = self.list(def, &plan).await?.1;
+                }
+            }
         }
         cache.replace(maps, rev);
         Ok(rev)
