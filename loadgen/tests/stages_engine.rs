@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loadgen::stages::engine::{Done, Engine, Job};
+use loadgen::stages::engine::{Done, Engine, Job, Scope};
 use loadgen::stages::feed::SeenObject;
 use loadgen::stages::next::ActionKind;
 use loadgen::stages::{Kind, StageSet};
@@ -114,7 +114,7 @@ fn harness(set: Arc<StageSet>, time_scale: f64) -> Harness {
         rv: Arc::new(Mutex::new(100)),
     });
     let nodes: HashSet<String> = ["n1".to_string()].into();
-    let engine = Engine::new(set, time_scale, Arc::new(nodes), 7);
+    let engine = Engine::new(set, time_scale, Scope::Nodes(Arc::new(nodes)), 7);
     let stop = CancellationToken::new();
     let f = fake.clone();
     let engine = tokio::spawn(engine.drive(rx, move |job| f.apply(job), 64, stop.clone()));

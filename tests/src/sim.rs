@@ -111,7 +111,10 @@ impl SimProcess {
         let pki = dir.path().join("pki");
 
         // The packages tollgate-bench is built from.
-        let binary = fresh_workspace_binary("tollgate-bench", &["bench", "kubeio", "apimodel"]);
+        let binary = fresh_workspace_binary(
+            "tollgate-bench",
+            &["bench", "loadgen", "kubeio", "apimodel"],
+        );
         let mut cmd = Command::new(&binary);
         // --exit-with-stdin: the pipe stays open in `child.stdin` while we live; if this
         // process dies, even by SIGKILL, the pipe closes and the simulator exits.

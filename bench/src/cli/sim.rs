@@ -97,7 +97,8 @@ pub struct SimArgs {
     /// Write a kubeconfig that kubectl can use as is to this path.
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
-    /// Nodes to seed (each with its Lease in kube-node-lease).
+    /// Nodes to seed (each with its Lease in kube-node-lease); with --kubelet, 0 seeds one
+    /// (pods need a Ready node to run on).
     #[arg(long, default_value_t = 0)]
     pub nodes: usize,
     /// Pods to seed, spread over the nodes and namespaces.
@@ -148,6 +149,18 @@ pub struct SimArgs {
     /// (capped by the pod's grace period; a real kubelet takes up to the grace period).
     #[arg(long, default_value = "1s")]
     pub kubelet_delete_delay: DurationArg,
+    /// Run a simulated kubelet for every node: kwok's default Stages (loadgen's `--stages
+    /// fast`) make pods bound to a node Running (container statuses, Ready, podIP,
+    /// startTime), Job-owned pods Succeeded, not-Ready nodes Ready, and delete pods whose
+    /// deletion started. Its requests go through this simulator's listener, cost model
+    /// included (default: off).
+    #[arg(long)]
+    pub kubelet: bool,
+    /// Bind pods without spec.nodeName to Ready, schedulable nodes matching their
+    /// nodeSelector, round robin, through pods/binding; `--scheduler=false` turns it off
+    /// (default: on with --kubelet, off without).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub scheduler: Option<bool>,
     /// Static bearer tokens, kube-apiserver's CSV format: token,user,uid,"group1,group2".
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
@@ -236,6 +249,10 @@ impl SimArgs {
             bookmark_interval: self.bookmark_interval.0,
             count_poll_period: self.etcd_count_metric_poll_period.0,
             kubelet_delete_delay: self.kubelet_delete_delay.0,
+            cluster: crate::sim::cluster::ClusterConfig {
+                kubelet: self.kubelet,
+                scheduler: self.scheduler.unwrap_or(self.kubelet),
+            },
             exit_with_stdin: self.exit_with_stdin,
             authn,
             model,
@@ -274,7 +291,11 @@ impl SimArgs {
 
     pub fn seed_spec(&self) -> SeedSpec {
         SeedSpec {
-            nodes: self.nodes,
+            nodes: if self.kubelet {
+                self.nodes.max(1)
+            } else {
+                self.nodes
+            },
             pods: self.pods,
             namespaces: self.namespaces,
             pod_bytes: self.pod_bytes,

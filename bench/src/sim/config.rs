@@ -78,6 +78,8 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     pub count_poll_period: Duration,
     pub kubelet_delete_delay: Duration,
+    /// `--kubelet` and `--scheduler`: the simulator's own clients.
+    pub cluster: crate::sim::cluster::ClusterConfig,
     pub exit_with_stdin: bool,
     pub authn: AuthnConfig,
     pub model: ModelConfig,

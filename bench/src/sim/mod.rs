@@ -18,6 +18,8 @@
 //!   etcd process for tests and the demo).
 //! - [`auth`]: identities and certificates: [`auth::authn`], [`auth::token_file`],
 //!   [`auth::pki`], [`auth::tls`], [`auth::kubeconfig`].
+//! - [`cluster`]: the simulator's own clients, `--kubelet` (kwok's Stages) and `--scheduler`,
+//!   which reach it through its listener as any client does.
 //! - [`model`]: the cost model (`--cost-model modeled`): stations, memory, crash and restart.
 //! - Beside them, what every part reads or the server wraps around them: [`resources`] (what
 //!   is served; the API, the store and the model index by it), [`clock`] (timestamps as the
@@ -30,6 +32,7 @@
 pub mod api;
 pub mod auth;
 pub mod clock;
+pub mod cluster;
 mod config;
 pub mod inflight;
 pub mod metrics;
@@ -67,6 +70,8 @@ pub struct RunningSim {
     pub api: Arc<Api>,
     stop: CancellationToken,
     server: Option<tokio::task::JoinHandle<()>>,
+    /// The simulator's own clients (`--kubelet`, `--scheduler`).
+    clients: tokio_util::task::TaskTracker,
 }
 
 impl RunningSim {
@@ -76,6 +81,8 @@ impl RunningSim {
         if let Some(s) = self.server.take() {
             let _ = s.await;
         }
+        self.clients.close();
+        self.clients.wait().await;
     }
 }
 
@@ -88,8 +95,12 @@ impl Drop for RunningSim {
 /// Binds, seeds and starts serving; returns once the simulator is ready.
 pub async fn start(config: SimConfig) -> Result<RunningSim, SimError> {
     auth::tls::install_crypto_provider();
-    let authn =
+    let mut authn =
         Authenticator::new(config.authn.clone()).map_err(|e| SimError::Config(e.to_string()))?;
+    let loopback = config.cluster.any().then(cluster::loopback_token);
+    if let Some(token) = &loopback {
+        authn = authn.with_loopback_token(token.clone());
+    }
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| SimError::Bind(config.listen.clone(), e))?;
@@ -141,6 +152,11 @@ pub async fn start(config: SimConfig) -> Result<RunningSim, SimError> {
         api.clone(),
         stop.clone(),
     ));
+    let clients = tokio_util::task::TaskTracker::new();
+    if let Some(token) = &loopback {
+        cluster::start(config.cluster, scheme, addr, token, &clients, &stop)
+            .map_err(SimError::Config)?;
+    }
     stop_on_error.disarm();
     Ok(RunningSim {
         addr,
@@ -149,6 +165,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim, SimError> {
         api,
         stop,
         server: Some(server),
+        clients,
     })
 }
 

@@ -163,10 +163,12 @@ impl Binder {
     }
 }
 
-/// `POST pods/NAME/binding` with a `Binding` to `node`.
+/// `POST pods/NAME/binding` with a `Binding` to `node`, stamped with `written-at` so the
+/// node's daemons time its delivery (`daemon-event`): kube-apiserver copies a Binding's
+/// annotations onto the pod it binds.
 pub fn binding(ns: &str, pod: &str, node: &str) -> Planned {
     let body = json!({"apiVersion":"v1","kind":"Binding",
-        "metadata":{"name":pod,"namespace":ns},
+        "metadata":{"name":pod,"namespace":ns,"annotations":{WRITTEN_AT: unix_nanos().to_string()}},
         "target":{"apiVersion":"v1","kind":"Node","name":node}});
     Planned {
         method: Method::POST,
@@ -176,8 +178,7 @@ pub fn binding(ns: &str, pod: &str, node: &str) -> Planned {
 }
 
 /// A merge PATCH setting `spec.nodeName` (for servers without `binding`),
-/// stamped with `written-at` so the node's daemons time its delivery
-/// (`daemon-event`); a `Binding` cannot carry the stamp.
+/// stamped with `written-at` as [`binding`] is.
 pub fn node_name_patch(ns: &str, pod: &str, node: &str) -> Planned {
     let body = json!({
         "metadata": {"annotations": {WRITTEN_AT: unix_nanos().to_string()}},

@@ -105,6 +105,25 @@ impl EngineStats {
 
 type Key = (Kind, String);
 
+/// Which nodes' objects an engine follows.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// These nodes and the pods bound to them (loadgen's simulated nodes, among real ones).
+    Nodes(Arc<HashSet<String>>),
+    /// Every node and every pod bound to one: the engine is the cluster's only kubelet
+    /// (the simulated apiserver's `--kubelet`).
+    AllNodes,
+}
+
+impl Scope {
+    fn contains(&self, node: &str) -> bool {
+        match self {
+            Scope::Nodes(names) => names.contains(node),
+            Scope::AllNodes => !node.is_empty(),
+        }
+    }
+}
+
 struct Followed {
     obj: Value,
     /// The scheduled Stage and its timer generation.
@@ -133,8 +152,8 @@ pub struct Done {
 pub struct Engine {
     set: Arc<StageSet>,
     time_scale: f64,
-    /// The simulated nodes: only they and the pods on them are followed.
-    nodes: Arc<HashSet<String>>,
+    /// Only these nodes and the pods on them are followed.
+    scope: Scope,
     rng: StdRng,
     objects: HashMap<Key, Followed>,
     timers: BinaryHeap<Reverse<(Instant, u64, Key, u64)>>,
@@ -163,17 +182,12 @@ fn rv_of(obj: &Value) -> u64 {
 }
 
 impl Engine {
-    pub fn new(
-        set: Arc<StageSet>,
-        time_scale: f64,
-        nodes: Arc<HashSet<String>>,
-        seed: u64,
-    ) -> Engine {
+    pub fn new(set: Arc<StageSet>, time_scale: f64, scope: Scope, seed: u64) -> Engine {
         let stats = Arc::new(EngineStats::new(&set));
         Engine {
             set,
             time_scale: if time_scale > 0.0 { time_scale } else { 1.0 },
-            nodes,
+            scope,
             rng: StdRng::seed_from_u64(seed),
             objects: HashMap::new(),
             timers: BinaryHeap::new(),
@@ -193,7 +207,7 @@ impl Engine {
             Kind::Node => &seen.object["metadata"]["name"],
             Kind::Pod => &seen.object["spec"]["nodeName"],
         };
-        name.as_str().is_some_and(|n| self.nodes.contains(n))
+        name.as_str().is_some_and(|n| self.scope.contains(n))
     }
 
     /// A watch event (or listed object).

@@ -44,10 +44,13 @@ pub fn collection_path(kind: Kind) -> &'static str {
     }
 }
 
-/// Lists and watches `kind` until `stop`, sending what it sees to `tx`.
+/// Lists and watches `kind` until `stop`, sending what it sees to `tx`. `filters`: query
+/// parameters (encoded) every LIST and WATCH carries, e.g. a field selector; the Stage
+/// engine passes none.
 pub async fn run(
     client: ApiClient,
     kind: Kind,
+    filters: Vec<String>,
     timeout: Duration,
     tx: mpsc::Sender<SeenObject>,
     stop: CancellationToken,
@@ -55,7 +58,7 @@ pub async fn run(
     let lw = ListWatch {
         client,
         collection: collection_path(kind).to_string(),
-        filters: Vec::new(),
+        filters,
         request_timeout: timeout,
         watch_timeout: Some(WATCH_TIMEOUT),
         id: 0,

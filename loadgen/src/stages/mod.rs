@@ -335,8 +335,8 @@ pub(crate) struct StartCtx<'a> {
 /// Bound of the channel from the informers to the engine (objects seen).
 const SEEN_QUEUE: usize = 16_384;
 
-/// Starts the informers (nodes and/or pods, as the Stages need) and the
-/// engine for `nodes`; returns the recorders of the Stages' requests and the
+/// Starts the informers and the engine for loadgen's simulated `nodes`; returns the
+/// recorders of the Stages' requests (one per kind of request the Stages send) and the
 /// engine's counters.
 pub(crate) fn start(
     set: Arc<StageSet>,
@@ -348,7 +348,6 @@ pub(crate) fn start(
     Arc<engine::EngineStats>,
 ) {
     use next::ActionKind;
-    let client = crate::target::ApiClient::new(ctx.target);
     let kinds: Vec<ActionKind> = [
         ActionKind::Event,
         ActionKind::Finalizers,
@@ -378,34 +377,74 @@ pub(crate) fn start(
         })
         .collect();
     let out: Vec<_> = recorders.values().cloned().collect();
+    let names: std::collections::HashSet<String> = nodes.iter().cloned().collect();
+    let run = EngineRun {
+        client: crate::target::ApiClient::new(ctx.target),
+        scope: engine::Scope::Nodes(Arc::new(names)),
+        time_scale,
+        timeout: ctx.timeout,
+        max_in_flight: ctx.max_in_flight,
+        recorders,
+        tracker: ctx.tracker,
+        stop: ctx.stop,
+    };
+    (out, spawn(set, run))
+}
+
+/// How and where [`spawn`] runs an engine.
+pub struct EngineRun<'a> {
+    /// The server the informers read and the Stages' requests go to.
+    pub client: crate::target::ApiClient,
+    /// The nodes whose objects are followed.
+    pub scope: engine::Scope,
+    /// Delays are divided by this.
+    pub time_scale: f64,
+    /// Per request.
+    pub timeout: std::time::Duration,
+    /// Stages applied at once.
+    pub max_in_flight: usize,
+    /// Where each kind of request is recorded; kinds not here are not recorded (a
+    /// long-running caller with no report to write passes none: a recorder's time series
+    /// grows by a row a second).
+    pub recorders: std::collections::HashMap<next::ActionKind, Arc<crate::record::OpRecorder>>,
+    pub tracker: &'a tokio_util::task::TaskTracker,
+    /// Ends the informers and the engine.
+    pub stop: &'a tokio_util::sync::CancellationToken,
+}
+
+/// Starts the informers (nodes and/or pods, as the Stages need) and the engine on
+/// `run.tracker`; returns the engine's counters. loadgen's `--stages` and the simulated
+/// apiserver's `--kubelet` both run Stages through this.
+pub fn spawn(set: Arc<StageSet>, run: EngineRun<'_>) -> Arc<engine::EngineStats> {
+    let client = run.client;
     let (tx, rx) = tokio::sync::mpsc::channel(SEEN_QUEUE);
     for kind in [Kind::Node, Kind::Pod] {
         if set.has(kind) {
-            ctx.tracker.spawn(feed::run(
+            run.tracker.spawn(feed::run(
                 client.clone(),
                 kind,
-                ctx.timeout,
+                Vec::new(),
+                run.timeout,
                 tx.clone(),
-                ctx.stop.clone(),
+                run.stop.clone(),
             ));
         }
     }
     drop(tx);
-    let names: std::collections::HashSet<String> = nodes.iter().cloned().collect();
-    let engine = engine::Engine::new(set, time_scale, Arc::new(names), rand::random());
+    let engine = engine::Engine::new(set, run.time_scale, run.scope, rand::random());
     let stats = engine.stats.clone();
     let counters = stats.clone();
-    let timeout = ctx.timeout;
-    let recorders = Arc::new(recorders);
+    let timeout = run.timeout;
+    let recorders = Arc::new(run.recorders);
     let apply = move |job: engine::Job| {
         let client = client.clone();
         let recorders = recorders.clone();
         let stats = stats.clone();
         async move { engine::send_job(&client, job, timeout, &recorders, &stats).await }
     };
-    let stop = ctx.stop.clone();
-    let max = ctx.max_in_flight;
-    ctx.tracker.spawn(async move {
+    let stop = run.stop.clone();
+    let max = run.max_in_flight;
+    run.tracker.spawn(async move {
         let engine = engine.drive(rx, apply, max, stop).await;
         let s = &engine.stats;
         tracing::info!(
@@ -416,5 +455,5 @@ pub(crate) fn start(
             "stages engine stopped"
         );
     });
-    (out, counters)
+    counters
 }

@@ -192,7 +192,10 @@ impl LoadRun {
         eventually(START_TIMEOUT, "the late upstream marked unhealthy", || {
             metrics(&late_unhealthy)
         })?;
-        let bench = fresh_workspace_binary("tollgate-bench", &["bench", "kubeio", "apimodel"]);
+        let bench = fresh_workspace_binary(
+            "tollgate-bench",
+            &["bench", "loadgen", "kubeio", "apimodel"],
+        );
         let mut late = Command::new(bench);
         late.args(["sim", "--exit-with-stdin", "--listen"])
             .arg(format!("127.0.0.1:{late_port}"))

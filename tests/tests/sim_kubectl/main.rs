@@ -16,12 +16,14 @@ use tests::{
 
 mod apply;
 mod identity;
+mod pods_run;
 mod reads;
 mod watches;
 mod writes;
 
 use apply::*;
 use identity::*;
+use pods_run::*;
 use reads::*;
 use watches::*;
 use writes::*;
@@ -74,7 +76,14 @@ over_http_and_tls!(
     watch_prints_graceful_delete,
     identities,
     apply_workload_and_custom_resource,
+    kubectl_run_reaches_running,
 );
+
+/// Once, over plain HTTP: a Job's pod completes.
+#[test]
+fn job_pod_reaches_succeeded() -> anyhow::Result<()> {
+    job_pod_succeeds(Scheme::Http, Store::Memory)
+}
 
 on_etcd!(
     get_pods_all_namespaces,

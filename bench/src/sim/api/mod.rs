@@ -1,6 +1,7 @@
 //! One request's way through the simulated apiserver:
 //! authenticate → parse → max-in-flight → route → serve → count.
 
+pub mod binding;
 pub mod counts;
 pub mod crd;
 pub mod defaults;
@@ -151,7 +152,9 @@ impl Api {
             // A POST to a named object has no route (creates go to the collection).
             return respond::status(&method_not_allowed());
         }
-        if info.subresource.is_empty() && !def.supports_verb(info.verb.as_str()) {
+        if (info.subresource.is_empty() && !def.supports_verb(info.verb.as_str()))
+            || (info.subresource == "binding" && info.verb != Verb::Create)
+        {
             // Verbs discovery does not list for the resource have no route.
             return respond::status(&method_not_allowed());
         }
@@ -246,6 +249,11 @@ impl Api {
                 .map_or(0, |o| o.json.len());
             let d = self.model.constants().write(current.max(body.len()) as u64);
             self.model.serve(&d).await;
+        }
+        if info.subresource == "binding" {
+            return match binding::create(self, def, info, &body, dry_run).await {
+                Ok(s) | Err(s) => respond::status(&s),
+            };
         }
         if info.subresource == "scale" {
             return match scale::update(self, def, info, &content_type, &body, dry_run).await {

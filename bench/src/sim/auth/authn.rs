@@ -28,6 +28,8 @@ use super::user::{UserInfo, MASTERS_GROUP};
 
 pub const ADMIN_USER: &str = "system:admin";
 pub const ANONYMOUS_USER: &str = "system:anonymous";
+/// Who the simulator's own kubelet and scheduler are (kube-apiserver's loopback user).
+pub const LOOPBACK_USER: &str = "system:apiserver";
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 
@@ -140,6 +142,8 @@ pub struct Authenticator {
     client_ca: Option<Arc<dyn ClientCertVerifier>>,
     tokens: Option<TokenFile>,
     anonymous: bool,
+    /// The bearer token of the simulator's own clients (`--kubelet`, `--scheduler`).
+    loopback: Option<String>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -188,7 +192,15 @@ impl Authenticator {
             client_ca,
             tokens,
             anonymous: config.anonymous_auth,
+            loopback: None,
         })
+    }
+
+    /// Accepts `token` as the simulator's own clients, admins (`system:masters`), as
+    /// kube-apiserver's loopback client is: they must work whatever the flags let others do.
+    pub fn with_loopback_token(mut self, token: String) -> Self {
+        self.loopback = Some(token);
+        self
     }
 
     /// Whether any authentication method is configured (if not, everyone is admin).
@@ -208,6 +220,13 @@ impl Authenticator {
                 groups: vec![MASTERS_GROUP.into(), AUTHENTICATED_GROUP.into()],
                 ..UserInfo::default()
             });
+        }
+        if self.loopback.is_some() && bearer_token(headers) == self.loopback.as_deref() {
+            return Ok(authenticated(UserInfo {
+                name: LOOPBACK_USER.into(),
+                groups: vec![MASTERS_GROUP.into()],
+                ..UserInfo::default()
+            }));
         }
         let mut failures = Vec::new();
         if let Some((leaf, intermediates)) = peer_certs.and_then(<[_]>::split_first) {
@@ -457,6 +476,34 @@ mod tests {
             .err()
             .unwrap();
         assert!(missing.to_string().contains("/nonexistent/tokens.csv"));
+    }
+
+    /// The simulator's own clients are admins whatever else is configured; the token is
+    /// nobody else's, and without it a request is authenticated as before.
+    #[test]
+    fn loopback_token_is_the_simulators_own_admin() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens.csv");
+        std::fs::write(&file, "t1,alice,u1\n").unwrap();
+        let config = AuthnConfig {
+            token_auth_file: Some(file),
+            anonymous_auth: false,
+            ..AuthnConfig::default()
+        };
+        let authn = Authenticator::new(config)
+            .unwrap()
+            .with_loopback_token("secret".into());
+        let with = |token: &str| {
+            let mut h = HeaderMap::new();
+            h.insert("authorization", format!("Bearer {token}").parse().unwrap());
+            authn.authenticate(&h, None)
+        };
+        let own = with("secret").unwrap();
+        assert_eq!(own.name, LOOPBACK_USER);
+        assert!(own.groups.iter().any(|g| g == MASTERS_GROUP));
+        assert_eq!(with("t1").unwrap().name, "alice");
+        assert!(with("secret2").is_err());
+        assert!(authn.authenticate(&HeaderMap::new(), None).is_err());
     }
 
     #[test]

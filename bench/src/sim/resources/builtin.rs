@@ -126,7 +126,7 @@ pub const FULL_VERBS: &[&str] = &[
 ];
 
 /// Subresources the simulator implements (discovery lists others: proxy, exec, log, …).
-const SERVED_SUBRESOURCES: &[&str] = &["status", "scale"];
+const SERVED_SUBRESOURCES: &[&str] = &["status", "scale", "binding"];
 
 struct Builtins {
     defs: Vec<ResourceDef>,
