@@ -240,6 +240,9 @@ mod tests {
         // Lower than the 8 it spent (though above the 5 it acknowledged).
         m.read(grant(6.0, 5), 2, lease, t0 + Duration::from_secs(2));
         assert_eq!(m.report(100.0 * MB).map(|r| r.applied), Some(5));
-        assert_eq!(m.share(1.0).at(t0 + Duration::from_secs(2)), (6.0 * MB, true));
+        assert_eq!(
+            m.share(1.0).at(t0 + Duration::from_secs(2)),
+            (6.0 * MB, true)
+        );
     }
 }

@@ -87,7 +87,10 @@ mod tests {
         let t0 = Instant::now();
         let mut p = Pace::new(t0);
         assert!(p.woke(t0));
-        assert!(!p.woke(t0 + Duration::from_millis(10)), "a change, not a renewal");
+        assert!(
+            !p.woke(t0 + Duration::from_millis(10)),
+            "a change, not a renewal"
+        );
         assert_eq!(p.wake(), t0 + RENEW);
         // Work took 30 ms: the period stays one second.
         assert!(p.woke(t0 + RENEW + Duration::from_millis(30)));
@@ -112,6 +115,10 @@ mod tests {
         p.stepped(true, t1 + STEP_GAP);
         assert!(!p.may_step(t1 + STEP_GAP));
         assert!(!p.woke(t1 + STEP_GAP + Duration::from_millis(2)));
-        assert_eq!(p.wake(), late + RENEW / 2, "no wake for a step nobody takes");
+        assert_eq!(
+            p.wake(),
+            late + RENEW / 2,
+            "no wake for a step nobody takes"
+        );
     }
 }

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, ConnectOptions, Identity, LeaseKeepAliveStream, LeaseKeeper,
-    TlsOptions, WatchOptions, WatchStream,
+    Certificate, Client, ConnectOptions, Identity, LeaseKeepAliveStream, LeaseKeeper, TlsOptions,
+    WatchOptions, WatchStream,
 };
 use tokio::time::Instant;
 
