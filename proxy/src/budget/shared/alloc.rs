@@ -13,14 +13,16 @@
 //!
 //! ## Shrink before grow
 //! A member may still be spending a grant the coordinator has replaced: it
-//! applies the last grant it read until it reads the next one (about every
-//! second) and at most [`super::GRANT_TTL`] after its last read. So the
-//! coordinator counts, per member, what it may *hold*: the current grant,
-//! and every grant it superseded less than `GRANT_TTL` ago that the member
-//! has not yet acknowledged replacing (members write the sequence number
-//! of the grant they apply). A lower grant is given at once; a higher one
-//! only from what no member holds. Invariant (property-tested): the sum of
-//! what members may hold never exceeds `C`.
+//! applies the last grant it read until it reads the next one (at once
+//! through its watch, else at its next renewal) and at most
+//! [`super::GRANT_TTL`] after its last read. So the coordinator counts,
+//! per member, what it may *hold*: the current grant, and every grant it
+//! superseded less than `GRANT_TTL` ago that the member has not yet
+//! acknowledged replacing (a member writes the sequence number of a grant
+//! it applies when that grant is lower than the one it had). A lower grant
+//! is given at once; a higher one only from what no member holds.
+//! Invariant (property-tested): the sum of what members may hold never
+//! exceeds `C`.
 //!
 //! ## Taking over
 //! A new coordinator knows the grants in etcd, not the ones superseded

@@ -1,7 +1,8 @@
 //! The etcd side of the shared budget: each tollgate is a member that
 //! registers under a lease with its demand, reads the allocation every
-//! [`RENEW`], applies its grant to its [`EtcdGate`], and stands for
-//! coordinator; the coordinator steps the [`Allocator`] and writes the
+//! [`RENEW`](super::RENEW) and whenever another member wrote under the prefix (a watch,
+//! paced by [`Pace`]), applies its grant to its [`EtcdGate`], and stands
+//! for coordinator; the coordinator steps the [`Allocator`] and writes the
 //! grants. One loop per tollgate, [`SharedBudget::run`]; no request ever
 //! waits on it.
 //!
@@ -25,12 +26,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, TlsOptions, Txn, TxnOp,
-};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -39,26 +36,13 @@ use super::alloc::{Allocator, Demand, Grant, Params};
 use super::gate::{EtcdGate, GateView};
 use super::member::MemberState;
 use super::metrics::SharedMetrics;
+use super::pace::Pace;
+use super::session::{within, Session};
 use super::settings::Global;
-use super::{GRANT_HYSTERESIS, GRANT_TTL, LEASE_TTL, RENEW};
+use super::{GRANT_HYSTERESIS, GRANT_TTL};
 use crate::config;
 
-/// Why a renewal failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CoordinationError {
-    #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
-    #[error("etcd did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("the lease expired")]
-    LeaseExpired,
-    #[error("cannot read {path}: {source}")]
-    File {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-}
+pub use super::session::CoordinationError;
 
 /// A member's registration as stored.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -172,15 +156,6 @@ pub struct SharedBudget {
     metrics: SharedMetrics,
 }
 
-/// A connection with a lease kept alive.
-struct Session {
-    client: Client,
-    lease: i64,
-    keeper: LeaseKeeper,
-    stream: LeaseKeepAliveStream,
-    lease_until: Instant,
-}
-
 /// A member id unique enough across restarts: host, process, start time.
 fn member_id() -> String {
     let host = std::fs::read_to_string("/etc/hostname")
@@ -192,22 +167,6 @@ fn member_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     format!("{host}-{}-{nanos:08x}", std::process::id())
-}
-
-async fn within<T>(
-    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, CoordinationError> {
-    match tokio::time::timeout(RENEW, f).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(CoordinationError::Timeout(RENEW)),
-    }
-}
-
-fn read_file(path: &std::path::Path) -> Result<Vec<u8>, CoordinationError> {
-    std::fs::read(path).map_err(|source| CoordinationError::File {
-        path: path.display().to_string(),
-        source,
-    })
 }
 
 impl SharedBudget {
@@ -278,19 +237,27 @@ impl SharedBudget {
         format!("{}/{rest}", self.prefix)
     }
 
-    /// Renew, read, apply, coordinate every [`RENEW`] until `stop`; then
-    /// give the lease back, so the share is freed at once.
+    /// Renew, read, apply, coordinate every [`RENEW`](super::RENEW) and when another
+    /// member wrote, until `stop`; then give the lease back, so the share
+    /// is freed at once.
     pub async fn run(self: Arc<Self>, config: Arc<config::Current>, stop: CancellationToken) {
         let mut session: Option<Session> = None;
         let mut member = MemberState::default();
         let mut alloc: Option<Allocator> = None;
+        let mut pace = Pace::new(Instant::now());
         let mut warned = false;
+        let own_key = self.key(&format!("members/{}", self.id));
         loop {
             let cfg = config.get();
             let g = &cfg.quota.global;
             let now = Instant::now();
-            member.observe_wanted(self.gate.wanted(), now);
-            let result = self.renew(&mut session, &mut member, &mut alloc, g).await;
+            let renewal = pace.woke(now);
+            if renewal {
+                member.observe_wanted(self.gate.wanted(), now);
+            }
+            let result = self
+                .renew(&mut session, &mut member, &mut alloc, &mut pace, g, renewal)
+                .await;
             match result {
                 Ok(()) => {
                     if warned {
@@ -304,11 +271,11 @@ impl SharedBudget {
                         tracing::warn!(member = %self.id, error = %e, "shared budget: renewal failed; the grant lapses, then the fallback share applies");
                     }
                     warned = true;
-                    // Start over: a new connection and lease (the same member key, so
-                    // the old registration is replaced, not left to expire beside it).
-                    // The grant read last stays in force until GRANT_TTL after that read
-                    // (never past the lease as last renewed): one slow renewal does not
-                    // drop the member to its fallback.
+                    // Start over at the next renewal: a new connection and lease (the
+                    // same member key, so the old registration is replaced, not left to
+                    // expire beside it). The grant read last stays in force until
+                    // GRANT_TTL after that read (never past the lease as last renewed):
+                    // one slow renewal does not drop the member to its fallback.
                     session = None;
                     alloc = None;
                     let mut s = self.status();
@@ -324,74 +291,50 @@ impl SharedBudget {
                 s.granted = member.grant().map(|g| g.bytes_per_second);
             }
             drop(cfg);
+            let changed = async {
+                match session.as_mut() {
+                    Some(s) => s.changed(&own_key).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(RENEW) => {}
+                _ = tokio::time::sleep_until(pace.wake()) => {}
+                // A watch that ended is taken up again at the next renewal.
+                _ = changed => {}
             }
         }
-        if let Some(mut s) = session {
-            // Best effort: the lease would expire anyway.
-            let _ = within(s.client.lease_revoke(s.lease)).await;
-        }
-    }
-
-    async fn connect(&self, g: &Global) -> Result<Session, CoordinationError> {
-        let mut opts = ConnectOptions::new()
-            .with_connect_timeout(RENEW)
-            .with_timeout(RENEW);
-        if g.ca_file.is_some() || g.cert_file.is_some() {
-            let mut tls = TlsOptions::new();
-            if let Some(ca) = &g.ca_file {
-                tls = tls.ca_certificate(Certificate::from_pem(read_file(ca)?));
-            }
-            if let (Some(cert), Some(key)) = (&g.cert_file, &g.key_file) {
-                tls = tls.identity(Identity::from_pem(read_file(cert)?, read_file(key)?));
-            }
-            opts = opts.with_tls(tls);
-        }
-        let mut client = within(Client::connect(g.etcd_servers.clone(), Some(opts))).await?;
-        let sent = Instant::now();
-        let lease = within(client.lease_grant(LEASE_TTL.as_secs() as i64, None)).await?;
-        let (keeper, stream) = within(client.lease_keep_alive(lease.id())).await?;
-        Ok(Session {
-            client,
-            lease: lease.id(),
-            keeper,
-            stream,
-            lease_until: sent + Duration::from_secs(lease.ttl().max(0) as u64),
-        })
-    }
-
-    async fn keep_alive(s: &mut Session) -> Result<(), CoordinationError> {
-        let sent = Instant::now();
-        within(s.keeper.keep_alive()).await?;
-        let resp = within(s.stream.message()).await?;
-        match resp {
-            Some(r) if r.ttl() > 0 => {
-                s.lease_until = sent + Duration::from_secs(r.ttl() as u64);
-                Ok(())
-            }
-            _ => Err(CoordinationError::LeaseExpired),
+        if let Some(s) = session {
+            s.revoke().await;
         }
     }
 
+    /// One wake: at a `renewal`, keep the lease alive (or connect), else
+    /// only read; then acknowledge or report, stand for coordinator, and
+    /// step if this member is the coordinator and `pace` lets it.
     async fn renew(
         &self,
         session: &mut Option<Session>,
         member: &mut MemberState,
         alloc: &mut Option<Allocator>,
+        pace: &mut Pace,
         g: &Global,
+        renewal: bool,
     ) -> Result<(), CoordinationError> {
         let s = match session {
-            Some(s) => {
-                Self::keep_alive(s).await?;
+            Some(s) if renewal => {
+                s.keep_alive().await?;
+                s.ensure_watch().await?;
                 s
             }
-            None => {
-                let s = self.connect(g).await?;
+            Some(s) => s,
+            None if renewal => {
+                let s = Session::connect(g, format!("{}/", self.prefix)).await?;
                 member.lost_lease();
                 session.insert(s)
             }
+            // Out of touch: reconnect only at a renewal.
+            None => return Ok(()),
         };
         let resp = within(s.client.get(
             format!("{}/", self.prefix),
@@ -451,12 +394,14 @@ impl SharedBudget {
             }
         }
         let coordinator = leader.as_deref() == Some(self.id.as_str());
-        if coordinator {
-            writes += self
+        if !coordinator {
+            *alloc = None;
+        } else if pace.may_step(now) {
+            let wrote = self
                 .coordinate(s, alloc, &members, &mut grants, g, now)
                 .await?;
-        } else {
-            *alloc = None;
+            pace.stepped(wrote, now);
+            writes += u64::from(wrote);
         }
         let mut st = self.status();
         st.coordinator = coordinator;
@@ -489,7 +434,7 @@ impl SharedBudget {
     }
 
     /// The coordinator's step: the allocation written if it changed
-    /// enough. Returns the writes made.
+    /// enough. Returns whether it wrote.
     async fn coordinate(
         &self,
         s: &mut Session,
@@ -498,7 +443,7 @@ impl SharedBudget {
         grants: &mut GrantsDoc,
         g: &Global,
         now: Instant,
-    ) -> Result<u64, CoordinationError> {
+    ) -> Result<bool, CoordinationError> {
         let params = Params {
             budget: g.etcd_bytes_per_second,
             reserve: g.reserve(),
@@ -530,7 +475,7 @@ impl SharedBudget {
         let changed = a.step(&demands, GRANT_HYSTERESIS * params.budget, now);
         let budget_moved = grants.budget_bytes_per_second != params.budget;
         if !(changed || budget_moved || grants.coordinator != self.id) {
-            return Ok(0);
+            return Ok(false);
         }
         let doc = GrantsDoc {
             coordinator: self.id.clone(),
@@ -561,9 +506,9 @@ impl SharedBudget {
         if !within(s.client.txn(txn)).await?.succeeded() {
             // Another member holds the key now: it takes over from etcd.
             *alloc = None;
-            return Ok(0);
+            return Ok(false);
         }
         *grants = doc;
-        Ok(1)
+        Ok(true)
     }
 }

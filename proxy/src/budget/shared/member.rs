@@ -3,6 +3,13 @@
 //! the grant it last read and acknowledged, the share in force, and
 //! whether its registration is worth rewriting.
 //!
+//! A member acknowledges a grant (writes its sequence number as `applied`)
+//! only when it is lower than the one it read before, or its first: until
+//! then the coordinator counts the old, higher grant as still spent (see
+//! [`super::alloc`]), and the acknowledgement is what lets it give the
+//! difference to another member at once. A higher grant needs none: the
+//! coordinator already counts the higher of the two.
+//!
 //! A grant is spent for at most [`GRANT_TTL`] after it was last read, and
 //! never past the member's lease as the member knows it (the time it sent
 //! its last successful keep-alive plus the TTL etcd answered): by the time
@@ -17,8 +24,9 @@ use super::{DEMAND_CHANGE, GRANT_TTL};
 
 /// The demand's smoothing time constant, seconds: a LIST every second
 /// reads as a rate, and a storm that moved from one master to another is
-/// seen to have moved (the two demands cross) within 0.7 s, so the shares
-/// follow within about three renewals.
+/// seen to have moved (the two demands cross) within 0.7 s of a renewal's
+/// measurement; the shares follow within milliseconds of the demand's
+/// write (see the constants in [`super`]).
 const DEMAND_TAU: f64 = 1.0;
 /// A demand change under this fraction of the budget is never written.
 const DEMAND_FLOOR: f64 = 0.01;
@@ -36,6 +44,8 @@ pub struct MemberState {
     demand: f64,
     last_wanted: Option<(u64, Instant)>,
     written: Option<Report>,
+    /// The sequence number to report as applied.
+    applied: u64,
     /// The grant last read: rate, seq, when.
     grant: Option<(Grant, Instant)>,
     lease_until: Option<Instant>,
@@ -69,6 +79,14 @@ impl MemberState {
         lease_until: Instant,
         now: Instant,
     ) {
+        if let Some(g) = mine {
+            let shrink = self
+                .grant()
+                .is_none_or(|before| g.bytes_per_second < before.bytes_per_second);
+            if shrink {
+                self.applied = g.seq;
+            }
+        }
         self.grant = mine.map(|g| (g, now));
         self.members = members.max(1);
         self.lease_until = Some(lease_until);
@@ -102,13 +120,13 @@ impl MemberState {
         Share { grant, fallback }
     }
 
-    /// What to write now, if anything: the first registration, a new
+    /// What to write now, if anything: the first registration, a lower
     /// grant to acknowledge, or a demand that moved by more than
     /// [`DEMAND_CHANGE`] and 1% of `budget`.
     pub fn report(&self, budget: f64) -> Option<Report> {
         let now = Report {
             demand: self.demand,
-            applied: self.grant().map_or(0, |g| g.seq),
+            applied: self.applied,
         };
         let Some(w) = self.written else {
             return Some(now);
@@ -198,5 +216,33 @@ mod tests {
         assert_eq!(m.report(budget), None, "under 1% of the budget");
         m.observe_wanted(60_000_000, t0 + Duration::from_secs(2));
         assert!(m.report(budget).is_some());
+    }
+
+    #[test]
+    fn acknowledges_a_lower_grant_and_not_a_higher_one() {
+        let t0 = Instant::now();
+        let lease = t0 + Duration::from_secs(10);
+        let grant = |mb: f64, seq| {
+            Some(Grant {
+                bytes_per_second: mb * MB,
+                seq,
+            })
+        };
+        let mut m = MemberState::default();
+        m.read(grant(5.0, 3), 2, lease, t0);
+        let first = m.report(100.0 * MB).expect("the first grant");
+        assert_eq!(first.applied, 3);
+        m.wrote(first);
+        m.read(grant(8.0, 4), 2, lease, t0);
+        assert_eq!(m.report(100.0 * MB), None, "a higher grant needs no write");
+        m.read(grant(8.0, 4), 2, lease, t0 + Duration::from_secs(1));
+        assert_eq!(m.report(100.0 * MB), None);
+        // Lower than the 8 it spent (though above the 5 it acknowledged).
+        m.read(grant(6.0, 5), 2, lease, t0 + Duration::from_secs(2));
+        assert_eq!(m.report(100.0 * MB).map(|r| r.applied), Some(5));
+        assert_eq!(
+            m.share(1.0).at(t0 + Duration::from_secs(2)),
+            (6.0 * MB, true)
+        );
     }
 }

@@ -16,6 +16,10 @@
 //!   force, when to rewrite its demand.
 //! - [`coordination`]: the etcd side: registration under a lease,
 //!   election, the coordinator's grants, the loop.
+//! - [`session`]: one connection to etcd: the lease kept alive, the watch
+//!   on the prefix.
+//! - [`pace`]: when the loop acts: renewals, changes seen by the watch,
+//!   the coordinator's steps.
 //! - [`settings`]: `quota.global` and the `--etcd-*` flags.
 //! - [`metrics`]: the `tollgate_shared_budget_*` metrics.
 //!
@@ -25,17 +29,34 @@
 //!   dead coordinator replaced, within it; it rides out a GC pause or an
 //!   etcd leader election (1 s election timeout by default) without
 //!   dropping members.
-//! - [`RENEW`] 1 s: members renew their lease, read the allocation and (if
-//!   it changed) write their demand; the coordinator steps. A LIST storm
-//!   that moves between masters is followed within a few renewals.
+//! - [`RENEW`] 1 s: members renew their lease, measure their demand, read
+//!   the allocation and (if the demand changed) write it; the coordinator
+//!   steps. Between renewals every member reads again as soon as another
+//!   wrote under the prefix (a watch): a new allocation is applied, and a
+//!   shrink acknowledged, within milliseconds, not at the next renewal. A
+//!   moved LIST storm is followed in the time the demand takes to show it
+//!   (its first or second renewal after the move: the demand is a rate
+//!   over the renewal period, smoothed with a 1 s time constant, and is
+//!   written once it moved by [`DEMAND_CHANGE`]), plus one coordinator
+//!   step to shrink and, [`pace::STEP_GAP`] later, one to grow: about 1–2 s
+//!   (bench/RESULTS.md). Polling alone took up to a renewal at each of the
+//!   four hops (demand seen, shrink read, acknowledgement seen, growth
+//!   read): 3.3 s measured. A shorter renewal would cut the hops too, but
+//!   would sample the demand more often, and a LIST a second would read
+//!   as a sawtooth worth rewriting every time; watches cost no writes.
+//! - [`pace::STEP_GAP`] 250 ms: after writing the allocation, the
+//!   coordinator waits this long before its next step, so the
+//!   acknowledgements a shrink calls for (milliseconds apart) are answered
+//!   with one write, not one each; at most 4 allocation writes a second.
 //! - [`GRANT_TTL`] 3 s: a member applies a grant for at most this long
 //!   after it last read it, and never past its own lease's expiry as it
 //!   knows it; then it falls back. The coordinator counts a grant it
 //!   replaced as spent for as long (unless the member acknowledged the new
 //!   one), and a new coordinator only shrinks for as long. Three missed
-//!   renewals: short enough that a moved storm is followed in about three
-//!   seconds, long enough that one slow read does not drop a member to its
-//!   fallback.
+//!   renewals: short enough that a member cut off from etcd is on its
+//!   fallback, and a shrink it never acknowledged is given to others,
+//!   within three seconds; long enough that one slow read does not drop a
+//!   member to its fallback.
 //! - [`DEFAULT_RESERVE`] 10% of the budget is never granted: members
 //!   without a grant (just started, cut off from etcd) spend `reserve / N`
 //!   each, so the cluster stays within the budget while etcd is out.
@@ -43,16 +64,21 @@
 //!   reserve)/N`): a master with no LISTs now can still serve one when it
 //!   comes, before the coordinator has seen its demand.
 //! - Writes: a member writes its demand only when it moved by more than
-//!   [`DEMAND_CHANGE`] (25%) and 1% of the budget, or to acknowledge a new grant;
-//!   the coordinator writes all grants in one transaction, only when one
-//!   moved by more than [`GRANT_HYSTERESIS`] (2% of the budget) or a
-//!   member came or went. Lease keep-alives are not writes to the key space.
+//!   [`DEMAND_CHANGE`] (25%) and 1% of the budget, or to acknowledge a
+//!   grant lower than the one it had (a higher one needs no
+//!   acknowledgement: the coordinator counts the higher of the two as held
+//!   anyway); the coordinator writes all grants in one transaction, only
+//!   when one moved by more than [`GRANT_HYSTERESIS`] (2% of the budget)
+//!   or a member came or went. Lease keep-alives, reads and watches are
+//!   not writes to the key space.
 
 pub mod alloc;
 pub mod coordination;
 pub mod gate;
 pub mod member;
 pub mod metrics;
+pub mod pace;
+pub mod session;
 pub mod settings;
 
 use std::time::Duration;
