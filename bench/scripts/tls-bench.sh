@@ -13,6 +13,8 @@
 #             tollgate-dryRun, tollgate-off, tollgate-enforce  release tollgate, --mode as named
 #               (--tls-cert-file/--tls-private-key-file, --client-ca-file, --front-proxy-cert/--front-proxy-key,
 #               --upstream-ca; health checks on /readyz, apiserver metrics scrape off);
+#             tollgate-MODE-h1up  the same with `upstream.lightProtocol: http1` (light requests over
+#               kept-alive HTTP/1.1 to the upstream, bulk ones over HTTP/2), against tollgate-MODE;
 #             minproxy  bench/src/bin/minproxy.rs with TLS both sides and required client
 #               certificates, no other work;
 #             nginx, haproxy  TLS-terminating reverse proxies verifying client certificates,
@@ -50,13 +52,20 @@
 #   BIG_CONNS=2      parallel 200 MB downloaders (one connection each)
 #   BIG_GETS=3       200 MB downloads per downloader per run
 #   PROXIES="…"      which proxies (default: tollgate-dryRun tollgate-off tollgate-enforce
-#                    minproxy nginx haproxy)
+#                    minproxy nginx haproxy; also tollgate-dryRun-h1up etc., see above)
 #   PIN=cpu          also pin every proxy to this CPU with taskset (default: unpinned)
 #   PROFILE=1        after the rounds, one more small-GET run per proxy and protocol under `perf record`
 #                    (not counted in the CPU figures): the share of each proxy's CPU samples by
 #                    component (kernel, TLS, HTTP/2, hyper, tokio, the allocator, tollgate, …),
 #                    written as a table into the section; perf.data kept in the run's directory
-#   RESULTS=path     where to write the results (default bench/RESULTS.md; "-" prints only)
+#   UPSTREAM_KIND=kube  the real kube-apiserver 1.20 (../shared/tools/kube-apiserver, started and
+#                    stopped here, its certificates used throughout, clients as its unprivileged
+#                    test-user, one pod and one node seeded) instead of nginx: only the small-request
+#                    rounds, and the apiserver's CPU per request beside the proxy's; printed, not written
+#   OP=patches       with UPSTREAM_KIND=kube: node-status PATCHes (the kubelet's heartbeat) instead
+#                    of GETs of one pod
+#   RESULTS=path     where to write the results (default bench/RESULTS.md; "-" prints only); the
+#                    section's "###" subsections (follow-ups written by hand) are kept
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -70,6 +79,13 @@ WARMUP=${WARMUP:-2}
 BIG_CONNS=${BIG_CONNS:-2}
 BIG_GETS=${BIG_GETS:-3}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
+UPSTREAM_KIND=${UPSTREAM_KIND:-nginx}
+OP=${OP:-gets}
+case $UPSTREAM_KIND/$OP in
+nginx/gets | kube/gets | kube/patches) ;;
+*) echo "tls-bench: UPSTREAM_KIND=$UPSTREAM_KIND OP=$OP: use nginx (GETs) or kube (gets or patches)" >&2; exit 64 ;;
+esac
+[[ $UPSTREAM_KIND == nginx ]] || RESULTS=-
 read -r -a PROXIES <<<"${PROXIES:-tollgate-dryRun tollgate-off tollgate-enforce minproxy nginx haproxy}"
 PIN=${PIN:-}
 BIG_BYTES=$((200 * 1024 * 1024))
@@ -108,7 +124,14 @@ BIN_DIR=${BIN_DIR:-$ROOT/target/release}
 TOLLGATE=$BIN_DIR/tollgate
 MINPROXY=$BIN_DIR/minproxy
 LOADGEN=$BIN_DIR/loadgen
-for b in "$TOLLGATE" "$MINPROXY" "$LOADGEN"; do
+NEEDED=("$LOADGEN")
+for p in "${PROXIES[@]}"; do
+    case $p in
+    tollgate-*) NEEDED+=("$TOLLGATE") ;;
+    minproxy) NEEDED+=("$MINPROXY") ;;
+    esac
+done
+for b in "${NEEDED[@]}"; do
     [[ -x "$b" ]] || die "$b is missing: run without SKIP_BUILD"
 done
 
@@ -146,6 +169,37 @@ CURL_TLS=(--cacert "$PKI/serving-ca.crt" --cert "$PKI/user.crt" --key "$PKI/user
 LOADGEN_TLS=(--certificate-authority "$PKI/serving-ca.crt" --client-certificate "$PKI/user.crt"
     --client-key "$PKI/user.key")
 
+# --- upstream: the real kube-apiserver, with its own certificates ----------------------------
+UP_PID=""
+if [[ $UPSTREAM_KIND == kube ]]; then
+    TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
+    [[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
+    [[ -x $TOOLS/start.sh ]] || die "no kube-apiserver tools (KUBE_APISERVER_TOOLS)"
+    trap '"$TOOLS/stop.sh" "$TMP/kube" >/dev/null 2>&1 || true; bench_cleanup' EXIT
+    "$TOOLS/start.sh" "$TMP/kube" >/dev/null 2>"$TMP/kube-start.log" ||
+        die "kube-apiserver did not start: $(tail -5 "$TMP/kube-start.log")"
+    # shellcheck disable=SC1091
+    . "$TMP/kube/env"
+    UPSTREAM=$KUBE_APISERVER_URL
+    UP_PID=$KUBE_APISERVER_PID
+    # The same names as above: one CA signs the serving and client certificates there; the
+    # proxies serve with the apiserver's certificate (for 127.0.0.1); clients are test-user.
+    for pair in serving-ca:"$KUBE_CA_CERT" client-ca:"$KUBE_CA_CERT" server:"$KUBE_RUN_DIR/pki/apiserver" \
+        front-proxy:"${KUBE_FRONT_PROXY_CLIENT_CERT%.crt}" user:"${KUBE_USER_CERT%.crt}"; do
+        name=${pair%%:*} from=${pair#*:}
+        if [[ $from == *.crt ]]; then cp "$from" "$PKI/$name.crt"; continue; fi
+        cp "$from.crt" "$PKI/$name.crt"
+        cp "$from.key" "$PKI/$name.key"
+        cat "$PKI/$name.crt" "$PKI/$name.key" >"$PKI/$name.pem"
+    done
+    chmod 644 "$PKI"/*
+    KUBECONFIG=$TMP/kube/kubeconfig "$LOADGEN" seed --nodes 1 --pods 1 --namespace default \
+        >"$TMP/seed.log" 2>&1 || die "loadgen seed failed; see $TMP/seed.log"
+    OWN_CERT=("$KUBE_ADMIN_CERT" "$KUBE_ADMIN_KEY")
+    SMALL_MD5=$(curl -sf --cacert "$KUBE_CA_CERT" --cert "$KUBE_ADMIN_CERT" --key "$KUBE_ADMIN_KEY" \
+        "$UPSTREAM$SMALL_PATH" | md5sum)
+    log "kube-apiserver at $UPSTREAM (pid $UP_PID)"
+else
 # --- upstream: nginx over HTTPS serving the files ------------------------------------------
 upstream_files "$TMP/www" "$BIG_BYTES"
 # What kube-apiserver publishes of its --requestheader-* flags (kubeadm's values): tollgate reads
@@ -176,6 +230,9 @@ up_ok() { # the upstream answers a front-proxy client
 }
 for _ in $(seq 200); do up_ok && break; sleep 0.05; done
 up_ok || die "upstream nginx did not answer; see $TMP/up/logs"
+OWN_CERT=("$PKI/front-proxy.crt" "$PKI/front-proxy.key")
+SMALL_MD5=$(md5sum <"$TMP/www/small.json")
+fi
 
 # --- the proxies ---------------------------------------------------------------------------
 declare -A URL PID
@@ -267,19 +324,23 @@ EOF
 
 # tollgate as shipped in MODE, except: the upstream is nginx, so the health check asks for
 # /readyz with the front-proxy certificate and the apiserver metrics scrape is off.
-cat >"$TMP/tollgate.yaml" <<EOF
+# tollgate-MODE-h1up: light requests over HTTP/1.1 to the upstream.
+for light in http2 http1; do
+    cat >"$TMP/tollgate-$light.yaml" <<EOF
 upstream:
   healthCheck: {enabled: true, path: /readyz, intervalSeconds: 5, timeoutSeconds: 2}
   metricsScrape: {enabled: false}
+  lightProtocol: $light
 EOF
+done
 declare -A ADMIN
-start_tollgate() { # start_tollgate NAME MODE
-    TOKIO_WORKER_THREADS=1 RUST_LOG=info "${PIN_CMD[@]}" "$TOLLGATE" --mode "$2" --config "$TMP/tollgate.yaml" \
+start_tollgate() { # start_tollgate NAME MODE http2|http1
+    TOKIO_WORKER_THREADS=1 RUST_LOG=info "${PIN_CMD[@]}" "$TOLLGATE" --mode "$2" --config "$TMP/tollgate-$3.yaml" \
         --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream "$UPSTREAM" \
         --upstream-ca "$PKI/serving-ca.crt" --tls-cert-file "$PKI/server.crt" --tls-private-key-file "$PKI/server.key" \
         --client-ca-file "$PKI/client-ca.crt" --front-proxy-cert "$PKI/front-proxy.crt" \
-        --front-proxy-key "$PKI/front-proxy.key" --upstream-client-cert "$PKI/front-proxy.crt" \
-        --upstream-client-key "$PKI/front-proxy.key" >"$TMP/$1.out" 2>"$TMP/$1.err" &
+        --front-proxy-key "$PKI/front-proxy.key" --upstream-client-cert "${OWN_CERT[0]}" \
+        --upstream-client-key "${OWN_CERT[1]}" >"$TMP/$1.out" 2>"$TMP/$1.err" &
     PIDS+=($!)
     PID[$1]=${PIDS[-1]}
     URL[$1]=$(wait_line "$TMP/$1.out" "tollgate serving at " "${PID[$1]}" "$1")
@@ -299,14 +360,17 @@ wait_https() { # wait_https URL PID what
 
 for p in "${PROXIES[@]}"; do
     case $p in
-    tollgate-dryRun | tollgate-off | tollgate-enforce) start_tollgate "$p" "${p#tollgate-}" ;;
+    tollgate-dryRun | tollgate-off | tollgate-enforce) start_tollgate "$p" "${p#tollgate-}" http2 ;;
+    tollgate-dryRun-h1up | tollgate-off-h1up | tollgate-enforce-h1up)
+        mode=${p#tollgate-}
+        start_tollgate "$p" "${mode%-h1up}" http1
+        ;;
     minproxy) start_minproxy ;;
     nginx) start_nginx ;;
     haproxy) start_haproxy ;;
     *) die "unknown proxy $p (PROXIES)" ;;
     esac
 done
-SMALL_MD5=$(md5sum <"$TMP/www/small.json")
 for p in "${PROXIES[@]}"; do
     wait_https "${URL[$p]}$SMALL_PATH" "${PID[$p]}" "$p"
     for v in --http1.1 --http2; do
@@ -326,12 +390,13 @@ done
 # p99. Sets LG to "requests ok errors dropped rate p99_ms" (run in this shell, so that die stops
 # the script).
 loadgen_run() { # loadgen_run URL h1|h2 RATE SECONDS INFLIGHT CONNS OUTDIR [WARMUP]
-    local out=$7 version=2 schedule=(--duration "${4}s")
+    local out=$7 version=2 schedule=(--duration "${4}s") op=(--gets "$3/s")
     [[ $2 == h1 ]] && version=1.1
+    [[ $OP == gets ]] || op=(--patches "$3/s" --patch-target node-status)
     [[ -z "${8:-}" ]] || schedule=(--schedule steps --steps 2 --step-duration "${8}s" --duration "$(($4 + $8))s")
     rm -rf "$out"
     KUBECONFIG=/dev/null "$LOADGEN" --server "$1" "${LOADGEN_TLS[@]}" --http-version "$version" \
-        --gets "$3/s" "${schedule[@]}" --max-in-flight "$5" --max-connections "$6" \
+        "${op[@]}" "${schedule[@]}" --max-in-flight "$5" --max-connections "$6" \
         --objects 1 --namespace default --timeout 10s --drain-timeout 10s --no-progress \
         --output "$out" >"$out.log" 2>&1 || die "loadgen against $1 failed: $(tail -5 "$out.log")"
     LG=$(python3 - "$out/summary.json" <<'PY'
@@ -343,19 +408,24 @@ PY
     ) || die "no summary from loadgen against $1; see $out.log"
 }
 
-declare -A T N B RT RD MAXRATE
+declare -A T N B RT RD MAXRATE UT URT
 for p in "${PROXIES[@]}"; do
-    for w in h1 h2 big; do T[$p.$w]=0; N[$p.$w]=0; B[$p.$w]=0; done
+    for w in h1 h2 big; do T[$p.$w]=0; N[$p.$w]=0; B[$p.$w]=0; UT[$p.$w]=0; done
     MAXRATE[$p.h1]=""
     MAXRATE[$p.h2]=""
 done
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 small() { # small PROXY h1|h2
-    local p=$1 w=$2 t0 t1 req ok err drop rate p99
+    local p=$1 w=$2 t0 t1 u0=0 u1=0 req ok err drop rate p99
+    [[ -z "$UP_PID" ]] || u0=$(ticks "$UP_PID")
     t0=$(ticks "${PID[$p]}")
     loadgen_run "${URL[$p]}" "$w" "$OFFERED" "$DURATION" "$INFLIGHT" "$INFLIGHT" "$TMP/lg.$p.$w"
     t1=$(ticks "${PID[$p]}")
+    [[ -z "$UP_PID" ]] || u1=$(ticks "$UP_PID")
+    # The upstream's CPU while serving this proxy's requests (kube mode: the apiserver's).
+    UT[$p.$w]=$((UT[$p.$w] + u1 - u0))
+    URT[$p.$w.$r]=$((u1 - u0))
     read -r req ok err drop rate p99 <<<"$LG"
     ((err == 0)) || die "$p ($w): $err of $req GETs failed; see $TMP/lg.$p.$w.log"
     T[$p.$w]=$((T[$p.$w] + t1 - t0))
@@ -391,11 +461,64 @@ big() { # big PROXY
 for r in $(seq "$ROUNDS"); do
     for p in "${PROXIES[@]}"; do small "$p" h1; done
     for p in "${PROXIES[@]}"; do small "$p" h2; done
-    for p in "${PROXIES[@]}"; do big "$p"; done
+    [[ $UPSTREAM_KIND == kube ]] || for p in "${PROXIES[@]}"; do big "$p"; done
 done
 for p in "${PROXIES[@]}"; do
     kill -0 "${PID[$p]}" 2>/dev/null || die "$p exited during the benchmark"
 done
+
+# --- kube mode: the proxy's and the apiserver's CPU per request, then stop ---------------------
+if [[ $UPSTREAM_KIND == kube ]]; then
+    per_req() { awk -v t="$1" -v n="$2" -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", t / hz / n * 1e6}'; }
+    # A/B per round of (proxy + apiserver) CPU per request.
+    sum_rounds() { # sum_rounds h1|h2 A B
+        local r out=""
+        for r in $(seq "$ROUNDS"); do
+            out="$out $(awk -v ta="${RT[$2.$1.$r]}" -v ua="${URT[$2.$1.$r]}" -v da="${RD[$2.$1.$r]}" \
+                -v tb="${RT[$3.$1.$r]}" -v ub="${URT[$3.$1.$r]}" -v db="${RD[$3.$1.$r]}" \
+                'BEGIN {printf "%.2f", ((ta + ua) / da) / ((tb + ub) / db)}')"
+        done
+        echo "${out# }"
+    }
+    what="small GET (a pod)"
+    [[ $OP == gets ]] || what="node-status PATCH"
+    echo "UPSTREAM_KIND=kube OP=$OP ROUNDS=$ROUNDS DURATION=$DURATION OFFERED=$OFFERED INFLIGHT=$INFLIGHT, run $(date -u +%Y-%m-%dT%H:%MZ), load average $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+    echo
+    echo "| proxy | proxy CPU per $what, h1 / h2 | kube-apiserver CPU per request, h1 / h2 | sum, h1 / h2 | requests/s h1 / h2 (per round) |"
+    echo "|---|---|---|---|---|"
+    for p in "${PROXIES[@]}"; do
+        row="| $p"
+        for col in T UT sum; do
+            cell=""
+            for w in h1 h2; do
+                case $col in
+                T) v=$(per_req "${T[$p.$w]}" "${N[$p.$w]}") ;;
+                UT) v=$(per_req "${UT[$p.$w]}" "${N[$p.$w]}") ;;
+                sum) v=$(per_req "$((T[$p.$w] + UT[$p.$w]))" "${N[$p.$w]}") ;;
+                esac
+                cell="$cell${cell:+ / }$v"
+            done
+            row="$row | $cell µs"
+        done
+        echo "$row | ${MAXRATE[$p.h1]# } / ${MAXRATE[$p.h2]# } |"
+    done
+    echo
+    for p in "${PROXIES[@]}"; do
+        [[ $p == *-h1up ]] || continue
+        base=${p%-h1up}
+        has "$base" || continue
+        for w in h1 h2; do
+            echo "- $w: $p / $base: proxy $(awk -v a="${T[$p.$w]}" -v na="${N[$p.$w]}" -v b="${T[$base.$w]}" -v nb="${N[$base.$w]}" 'BEGIN {printf "%.2f", (a / na) / (b / nb)}')×, apiserver $(awk -v a="${UT[$p.$w]}" -v na="${N[$p.$w]}" -v b="${UT[$base.$w]}" -v nb="${N[$base.$w]}" 'BEGIN {printf "%.2f", (a / na) / (b / nb)}')×, both **$(awk -v a="$((T[$p.$w] + UT[$p.$w]))" -v na="${N[$p.$w]}" -v b="$((T[$base.$w] + UT[$base.$w]))" -v nb="${N[$base.$w]}" 'BEGIN {printf "%.2f", (a / na) / (b / nb)}')×**; both per round: $(sum_rounds "$w" "$p" "$base")."
+        done
+    done
+    # What each tollgate holds open to the apiserver at the end (TCP connections from its pid).
+    for p in "${PROXIES[@]}"; do
+        port=${UPSTREAM##*:}
+        n=$(ss -Htnp state established "( dport = :$port )" 2>/dev/null | grep -c "pid=${PID[$p]}," || true)
+        echo "- $p: $n connections open to the apiserver after the rounds."
+    done
+    exit 0
+fi
 
 # --- latency: open loop at half the slowest proxy's maximum rate --------------------------------
 mean() { awk '{s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.0f", s / NF}' <<<"$1"; }
@@ -558,6 +681,17 @@ if has "$T0"; then
     done
     line "- /debug/patterns answered $SCRAPES scrapes with 200 during the scraped runs (10 a second)."
 fi
+# Light requests over HTTP/1.1 to the upstream against HTTP/2, per small GET and per GB (bulk
+# stays HTTP/2, so per GB should not move).
+for p in "${PROXIES[@]}"; do
+    [[ $p == *-h1up ]] || continue
+    base=${p%-h1up}
+    has "$base" || continue
+    for w in h1 h2; do
+        line "- $w: $p / $base per small GET: **$(ratio "$(us_per_req "$p" "$w")" "$(us_per_req "$base" "$w")")×**; per round: $(round_ratios "$w" "$p" "$base")."
+    done
+    line "- $p / $base per GB: $(ratio "$(s_per_gb "$p")" "$(s_per_gb "$base")")×; per round: $(round_ratios big "$p" "$base")."
+done
 
 CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 SECTION=$(cat <<EOF
@@ -595,6 +729,25 @@ EOF
 )
 echo "$SECTION"
 if [[ "$RESULTS" != "-" ]]; then
+    # Follow-ups written by hand under the section ("### …") stay.
+    kept=$(python3 - "$RESULTS" <<'PY'
+import sys
+try:
+    text = open(sys.argv[1]).read()
+except FileNotFoundError:
+    sys.exit(0)
+start = text.find("## tollgate in the deployed shape (issue 21)\n")
+if start >= 0:
+    end = text.find("\n## ", start + 1)
+    body = text[start:] if end < 0 else text[start:end + 1]
+    first = body.find("\n### ")
+    if first >= 0:
+        print(body[first + 1:].rstrip("\n"))
+PY
+    )
+    [[ -z "$kept" ]] || SECTION="$SECTION
+
+$kept"
     write_section "$RESULTS" "$SECTION"
     log "written to $RESULTS"
 fi

@@ -51,6 +51,8 @@ enum Kind {
 const FIELDS: &[(&str, Kind)] = &[
     ("mode", Kind::Choice(&["off", "dryRun", "enforce"])),
     ("upstream.maxStreamsPerConnection", Kind::Int),
+    ("upstream.lightProtocol", Kind::Choice(&["http2", "http1"])),
+    ("upstream.maxLightConnections", Kind::Int),
     ("upstream.connectTimeoutSeconds", Kind::Float),
     ("upstream.healthCheck.intervalSeconds", Kind::Float),
     ("upstream.healthCheck.timeoutSeconds", Kind::Float),

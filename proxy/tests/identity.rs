@@ -301,3 +301,110 @@ contexts:\n- name: c\n  context: {{cluster: k, user: u}}\nusers:\n- name: u\n  u
     tg.stop().await;
     s.tg.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn light_requests_over_http1_upstream_bulk_ones_over_http2() {
+    let s = setup_with(None, |c| {
+        c.upstream.light_protocol = tollgate::config::LightProtocol::Http1;
+        c.upstream.max_light_connections = 1;
+    })
+    .await;
+    let (cert, key) = s
+        .pki
+        .leaf(&s.pki.client_ca, "carol", "carol", Some("dev"), false);
+    let version = |needle: &str| s.up.last_for(needle).version;
+    for h2 in [false, true] {
+        let client = tls_client(&s.pki.serving_ca.pem, Some((&cert, &key)), h2);
+        // A GET, a PATCH with a body: light, over HTTP/1.1 with the client's identity.
+        let get = format!("/api/v1/namespaces/a/pods/p?light={h2}");
+        assert_eq!(
+            get_status(&client, &s.tg.url("https", &get)).await,
+            StatusCode::OK
+        );
+        let patch = format!("/api/v1/nodes/n1/status?patch={h2}");
+        let req = Request::patch(s.tg.url("https", &patch))
+            .header("content-type", "application/strategic-merge-patch+json")
+            .body(body(Bytes::from_static(b"{\"status\":{}}")))
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let _ = resp.into_body().collect().await;
+        for path in [&get, &patch] {
+            let seen = s.up.last_for(path);
+            assert_eq!(seen.version, http::Version::HTTP_11, "{path}");
+            assert_eq!(seen.peer_cn.as_deref(), Some("front-proxy-client"));
+            assert_eq!(seen.headers["x-remote-user"], "carol");
+            assert_eq!(seen.headers["x-remote-group"], "dev");
+        }
+        // A LIST and a watch: bulk, over HTTP/2 as before.
+        let list = format!("/api/v1/namespaces/a/pods?bulk={h2}");
+        assert_eq!(
+            get_status(&client, &s.tg.url("https", &list)).await,
+            StatusCode::OK
+        );
+        assert_eq!(version(&list), http::Version::HTTP_2, "a LIST");
+        let watch = format!("/api/v1/pods?watch=1&resourceVersion=7&w={h2}");
+        let resp = client
+            .request(
+                Request::get(s.tg.url("https", &watch))
+                    .body(body(Bytes::new()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(version(&watch), http::Version::HTTP_2, "a watch");
+        drop(resp);
+    }
+    // Anonymous clients too, without tollgate's certificate.
+    let anonymous = tls_client(&s.pki.serving_ca.pem, None, true);
+    let get = "/api/v1/namespaces/a/configmaps/c?anonymous";
+    assert_eq!(
+        get_status(&anonymous, &s.tg.url("https", get)).await,
+        StatusCode::OK
+    );
+    let seen = s.up.last_for(get);
+    assert_eq!((seen.version, seen.peer_cn), (http::Version::HTTP_11, None));
+    // One HTTP/1.1 request in flight at most (maxLightConnections: 1): while a
+    // light response is unread, the next light request goes over HTTP/2.
+    let client = tls_client(&s.pki.serving_ca.pem, Some((&cert, &key)), true);
+    let held = client
+        .request(
+            Request::get(s.tg.url("https", "/stream/50000000?held"))
+                .body(body(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(version("/stream/50000000?held"), http::Version::HTTP_11);
+    let next = "/api/v1/namespaces/a/pods/p?past-the-cap";
+    assert_eq!(
+        get_status(&client, &s.tg.url("https", next)).await,
+        StatusCode::OK
+    );
+    assert_eq!(version(next), http::Version::HTTP_2, "past the cap");
+    // The held response's slot is freed once its body is dropped.
+    drop(held);
+    let again = "/api/v1/namespaces/a/pods/p?after";
+    let mut back_on_h1 = false;
+    for _ in 0..50 {
+        assert_eq!(
+            get_status(&client, &s.tg.url("https", again)).await,
+            StatusCode::OK
+        );
+        if version(again) == http::Version::HTTP_11 {
+            back_on_h1 = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        back_on_h1,
+        "light requests return to HTTP/1.1 once the slot is free"
+    );
+    s.tg.stop().await;
+}
+
+async fn get_status(client: &TlsClient, url: &str) -> StatusCode {
+    get(client, url, &[]).await
+}

@@ -149,6 +149,10 @@ impl Config {
                 Count(count(up.max_streams_per_connection)),
             ),
             (
+                "upstream.maxLightConnections",
+                Count(count(up.max_light_connections)),
+            ),
+            (
                 "upstream.connectTimeoutSeconds",
                 Seconds(up.connect_timeout_seconds),
             ),

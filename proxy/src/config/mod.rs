@@ -42,6 +42,17 @@ impl Mode {
     }
 }
 
+/// The HTTP version of light requests to the apiservers (`upstream.lightProtocol`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LightProtocol {
+    /// HTTP/2 streams on light-only connections.
+    #[default]
+    Http2,
+    /// Kept-alive HTTP/1.1 connections, capped by `upstream.maxLightConnections`.
+    Http1,
+}
+
 /// The whole configuration. Every field has a default right for a
 /// 5,000-node cluster.
 #[derive(Debug, Clone, Deserialize)]
@@ -179,6 +190,21 @@ pub struct Upstream {
     /// connection is opened past it. Keep at or below the apiserver's
     /// `--http2-max-streams-per-connection` (100 on recent releases). Default `100`.
     pub max_streams_per_connection: usize,
+    /// The HTTP version of light requests (everything but LISTs, watches,
+    /// long-running requests and the heavy lane) to the apiservers: `http2`,
+    /// streams on connections of their own beside the bulk ones; `http1`,
+    /// kept-alive HTTP/1.1 connections, one request at a time each, at most
+    /// `maxLightConnections` busy (past it, HTTP/2). Bulk requests are always
+    /// HTTP/2. Default `http2` (bench/RESULTS.md, issue 21). Needs a restart.
+    pub light_protocol: LightProtocol,
+    /// With `lightProtocol: http1`: most light requests in flight over
+    /// HTTP/1.1 at once, hence busy HTTP/1.1 connections to any apiserver;
+    /// past it light requests go over HTTP/2 (they never wait for a
+    /// connection). Idle connections are kept up to this many per apiserver
+    /// (anonymous and front-proxy each) and closed after 60 s. Default `256`:
+    /// a 5,000-node cluster's heartbeats and controllers keep tens in
+    /// flight per master, and the apiserver serves 600 at once by default.
+    pub max_light_connections: usize,
     /// Seconds to open a connection to an apiserver: TCP connect and TLS
     /// handshake together, on every path (watches and upgrades included).
     /// Past it the request gets a 504 Status and the upstream is ejected.
@@ -292,6 +318,8 @@ impl Default for Upstream {
             client_cert_file: None,
             client_key_file: None,
             max_streams_per_connection: 100,
+            light_protocol: LightProtocol::Http2,
+            max_light_connections: 256,
             connect_timeout_seconds: 10.0,
             health_check: HealthCheck::default(),
             metrics_scrape: MetricsScrape::default(),

@@ -27,7 +27,28 @@ fn file_settings_and_mode_off() {
     assert_eq!(c.listen, "127.0.0.1:1");
     assert_eq!(c.upstream.urls, vec!["https://a:6443".to_string()]);
     assert_eq!(c.patterns.consistent_store, Store::WatchCache);
+    assert_eq!(c.upstream.light_protocol, LightProtocol::Http2, "default");
     c.validate().expect("valid");
+}
+
+#[test]
+fn light_protocol_http1_and_its_connection_cap() {
+    let c = Config::from_yaml(
+        "upstream: {urls: [\"https://a:6443\"], lightProtocol: http1, maxLightConnections: 8}\n",
+    )
+    .expect("parses");
+    assert_eq!(c.upstream.light_protocol, LightProtocol::Http1);
+    assert_eq!(c.upstream.max_light_connections, 8);
+    c.validate().expect("valid");
+    let err = Config::from_yaml("upstream: {lightProtocol: http3}\n").expect_err("no such");
+    assert!(err.contains("http3"), "{err}");
+    let mut c = c;
+    c.upstream.max_light_connections = 0;
+    let err = c.validate().expect_err("no connections at all");
+    assert!(
+        err.to_string().contains("upstream.maxLightConnections"),
+        "{err}"
+    );
 }
 
 #[test]

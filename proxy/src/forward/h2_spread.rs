@@ -11,6 +11,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::connect::TimedConnector;
+use super::light_h1::LightH1;
 use crate::Body;
 
 pub(crate) type HttpClient = Client<TimedConnector, Body>;
@@ -53,15 +54,18 @@ pub struct H2Spread {
 /// clients stop reading fill the connection's window with bytes tollgate
 /// cannot pass on, and every other stream on it then gets its headers but
 /// not its body. So heartbeats and other light requests never share a
-/// connection with bulk ones (tests/h2_isolation.rs).
+/// connection with bulk ones (tests/h2_isolation.rs). With
+/// `upstream.lightProtocol: http1` light requests go over HTTP/1.1
+/// ([`LightH1`]) while it has room, and over the light HTTP/2 spread past it.
 #[derive(Debug)]
 pub struct Spreads {
     light: H2Spread,
+    light_h1: Option<LightH1>,
     bulk: H2Spread,
 }
 
 impl Spreads {
-    pub(crate) fn new(config: Connect, limit: usize) -> Spreads {
+    pub(crate) fn new(config: Connect, limit: usize, light_h1: Option<LightH1>) -> Spreads {
         // Streams of one kind share connections too (bulk ones with watches);
         // each connection's window covers all its streams' windows, so one
         // stream's unread bytes never hold up another's. What that costs is
@@ -72,15 +76,19 @@ impl Spreads {
         let windows = Some((STREAM_WINDOW, connection as u32));
         Spreads {
             light: H2Spread::new(config.clone(), limit, windows),
+            light_h1,
             bulk: H2Spread::new(config, limit, windows),
         }
     }
 
-    pub(crate) fn get(&self, bulk: bool) -> &H2Spread {
+    /// The client for a request and its slot there.
+    pub(crate) fn acquire(&self, bulk: bool) -> (HttpClient, StreamSlot) {
         if bulk {
-            &self.bulk
-        } else {
-            &self.light
+            return self.bulk.acquire();
+        }
+        match self.light_h1.as_ref().and_then(LightH1::acquire) {
+            Some(h1) => h1,
+            None => self.light.acquire(),
         }
     }
 
@@ -105,6 +113,13 @@ const MAX_WINDOW: u32 = (1 << 31) - 1;
 /// One open request's place on a client's connection; freed on drop.
 #[derive(Debug)]
 pub struct StreamSlot(Arc<AtomicUsize>);
+
+impl StreamSlot {
+    /// A slot already counted in `active`.
+    pub(super) fn counted(active: Arc<AtomicUsize>) -> StreamSlot {
+        StreamSlot(active)
+    }
+}
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
@@ -165,7 +180,7 @@ pub(crate) fn http_client(config: Connect, h2: bool) -> HttpClient {
     client_builder().build(connector(config, h2))
 }
 
-fn client_builder() -> hyper_util::client::legacy::Builder {
+pub(super) fn client_builder() -> hyper_util::client::legacy::Builder {
     let mut b = Client::builder(TokioExecutor::new());
     b.timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
@@ -175,7 +190,7 @@ fn client_builder() -> hyper_util::client::legacy::Builder {
     b
 }
 
-fn connector(config: Connect, h2: bool) -> TimedConnector {
+pub(super) fn connector(config: Connect, h2: bool) -> TimedConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

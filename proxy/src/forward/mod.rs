@@ -8,11 +8,13 @@
 //! - [`connect`]: each upstream connection opened within a deadline.
 //! - [`h2_spread`]: the HTTP/2 clients, spread so no connection carries
 //!   more streams than the apiserver allows.
+//! - [`light_h1`]: light requests over HTTP/1.1, when so configured.
 //! - [`hop`]: hop-by-hop headers and upgrades.
 
 mod connect;
 mod h2_spread;
 mod hop;
+mod light_h1;
 mod pool;
 
 use std::time::Duration;

@@ -3,7 +3,8 @@
 //! after a check or an interval, and the four clients: with or without the
 //! front-proxy certificate, ALPN h2+http/1.1 or HTTP/1.1 only (upgrades need
 //! HTTP/1.1). HTTP/2 requests are spread over clients so no
-//! connection carries more streams than the apiserver allows. Health checks
+//! connection carries more streams than the apiserver allows; light
+//! requests go over HTTP/1.1 with `upstream.lightProtocol: http1`. Health checks
 //! use tollgate's own identity, which forwarded requests never carry.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,7 +19,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::h2_spread::{http_client, Connect, HttpClient, Spreads, StreamSlot};
-use crate::config::{Config, ConfigError, HealthCheck};
+use super::light_h1::LightH1;
+use crate::config::{Config, ConfigError, HealthCheck, LightProtocol};
 use crate::requestheader::{Trusted, TrustedHeaders};
 use crate::tls::{self, TlsError};
 use crate::{Body, Error};
@@ -138,14 +140,23 @@ impl UpstreamPool {
             });
         let timeout = Duration::from_secs_f64(up.connect_timeout_seconds);
         let connect = |tls| Connect { tls, timeout };
+        // One count of light HTTP/1.1 requests in flight for both identities (see LightH1).
+        let light_h1_in_flight = Arc::new(AtomicUsize::new(0));
+        let spreads = |cfg: &Connect| {
+            let light_h1 = (up.light_protocol == LightProtocol::Http1).then(|| {
+                LightH1::new(
+                    cfg.clone(),
+                    light_h1_in_flight.clone(),
+                    up.max_light_connections,
+                )
+            });
+            Spreads::new(cfg.clone(), up.max_streams_per_connection, light_h1)
+        };
         let anon_cfg = connect(tls::client_config(roots.as_ref(), None)?);
         let front_proxy = match &front {
             Some(id) => {
                 let cfg = connect(tls::client_config(roots.as_ref(), Some(id))?);
-                Some((
-                    Spreads::new(cfg.clone(), up.max_streams_per_connection),
-                    http_client(cfg, false),
-                ))
+                Some((spreads(&cfg), http_client(cfg, false)))
             }
             None => None,
         };
@@ -179,7 +190,7 @@ impl UpstreamPool {
             upstreams,
             epoch: Instant::now(),
             retry_after: Duration::from_secs_f64(up.health_check.interval_seconds),
-            anonymous: Spreads::new(anon_cfg.clone(), up.max_streams_per_connection),
+            anonymous: spreads(&anon_cfg),
             anonymous_h1: http_client(anon_cfg, false),
             front_proxy,
             own: http_client(own_cfg, true),
@@ -277,9 +288,9 @@ impl UpstreamPool {
             .uri(req.uri())
             .map_err(|e| SendError::Build(e.to_string()))?;
         *req.version_mut() = Version::HTTP_11;
-        let spread = match (front_proxy, &self.front_proxy, upgrade) {
+        let spreads = match (front_proxy, &self.front_proxy, upgrade) {
             (true, Some((_, h1)), true) => return h1.request(req).await.map_err(SendError::Client),
-            (true, Some((spreads, _)), false) => spreads.get(bulk),
+            (true, Some((spreads, _)), false) => spreads,
             (_, _, true) => {
                 return self
                     .anonymous_h1
@@ -287,12 +298,12 @@ impl UpstreamPool {
                     .await
                     .map_err(SendError::Client)
             }
-            (_, _, false) => self.anonymous.get(bulk),
+            (_, _, false) => &self.anonymous,
         };
-        let (client, stream) = spread.acquire();
+        let (client, stream) = spreads.acquire(bulk);
         slot.stream = Some(stream);
         let resp = client.request(req).await.map_err(SendError::Client)?;
-        spread.learn(resp.version());
+        spreads.learn(resp.version());
         Ok(resp)
     }
 
