@@ -3,7 +3,7 @@
 //! being deleted is a 409), the Binding's annotations are added, `PodScheduled` becomes
 //! `True`, and the answer is a `Status` `Success` with code 201.
 
-use super::write::{parse_object, store_status};
+use super::write::{parse_object, read_for_update, store_status, UPDATE_RETRIES};
 use super::Api;
 use crate::sim::clock;
 use crate::sim::resources::ResourceDef;
@@ -11,9 +11,6 @@ use crate::sim::storage::object::key;
 use crate::sim::storage::store::{StoreError, Write};
 use apimodel::{RequestInfo, Status};
 use serde_json::{json, Value};
-
-/// Concurrent writers to the same pod (its kubelet) are retried this often.
-const RETRIES: usize = 8;
 
 /// 409 naming `pods/binding`, as the registry words it.
 fn conflict(name: &str, why: String) -> Status {
@@ -103,19 +100,8 @@ pub async fn create(
 ) -> Result<Status, Status> {
     let (node, annotations) = parse(info, body)?;
     let k = key(&info.namespace, &info.name);
-    for attempt in 0..RETRIES {
-        // The cache first; after a conflict, the stored object (with etcd, the cache may lag).
-        let cur = if attempt == 0 {
-            api.store.get(def.index, &k)
-        } else {
-            api.storage
-                .get(def, &k, true)
-                .await
-                .map_err(|e| store_status(e, def, &info.name))?
-        };
-        let Some(cur) = cur else {
-            return Err(Status::not_found(def.group, def.name, &info.name));
-        };
+    for attempt in 0..UPDATE_RETRIES {
+        let cur = read_for_update(api, def, &k, &info.name, attempt).await?;
         let pod = bound(cur.value(), &info.name, &node, &annotations)?;
         if dry_run {
             break;
@@ -126,7 +112,7 @@ pub async fn create(
             .await
         {
             Ok(_) => break,
-            Err(StoreError::Conflict) if attempt + 1 < RETRIES => continue,
+            Err(StoreError::Conflict) if attempt + 1 < UPDATE_RETRIES => continue,
             Err(e) => return Err(store_status(e, def, &info.name)),
         }
     }

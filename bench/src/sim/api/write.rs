@@ -14,7 +14,8 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 /// Tries of an update that lost a race with another writer before giving up with 409.
-const UPDATE_RETRIES: usize = 8;
+/// Attempts of a read-modify-write against conflicting writers.
+pub(super) const UPDATE_RETRIES: usize = 8;
 
 pub(super) fn store_status(e: StoreError, def: &ResourceDef, name: &str) -> Status {
     match e {
@@ -477,22 +478,9 @@ pub async fn update(
     change: Change<'_>,
     dry_run: bool,
 ) -> Result<Arc<Obj>, Status> {
-    let idx = resources::index_of(def);
     let k = key(&info.namespace, &info.name);
     for attempt in 0..UPDATE_RETRIES {
-        // The cache first, as the apiserver's GuaranteedUpdate; after a
-        // conflict, the stored object (with etcd, the cache may lag).
-        let cur = if attempt == 0 {
-            api.store.get(idx, &k)
-        } else {
-            api.storage
-                .get(def, &k, true)
-                .await
-                .map_err(|e| store_status(e, def, &info.name))?
-        };
-        let Some(cur) = cur else {
-            return Err(Status::not_found(def.group, def.name, &info.name));
-        };
+        let cur = read_for_update(api, def, &k, &info.name, attempt).await?;
         let cur_v = cur.value();
         let new = match &change {
             Change::Replace(body) => {
@@ -659,4 +647,25 @@ fn default_node(node: &mut Value) {
             }
         }
     }
+}
+
+/// The object a read-modify-write starts from: the cache first, as the apiserver's
+/// GuaranteedUpdate; after a conflict (`attempt` > 0) the stored object (with etcd, the cache may
+/// lag). 404 when it is gone.
+pub(super) async fn read_for_update(
+    api: &Api,
+    def: &'static ResourceDef,
+    k: &str,
+    name: &str,
+    attempt: usize,
+) -> Result<Arc<Obj>, Status> {
+    let cur = if attempt == 0 {
+        api.store.get(resources::index_of(def), k)
+    } else {
+        api.storage
+            .get(def, k, true)
+            .await
+            .map_err(|e| store_status(e, def, name))?
+    };
+    cur.ok_or_else(|| Status::not_found(def.group, def.name, name))
 }
