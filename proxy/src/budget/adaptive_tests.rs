@@ -519,31 +519,57 @@ fn a_spike_at_one_request_at_a_time_is_left_to_the_tail() {
     assert_eq!(c.level(), 62.0 * MB);
 }
 
-#[test]
-fn after_a_cut_the_level_regains_most_of_what_was_in_use_in_slow_start_steps() {
-    let t0 = Instant::now();
-    let mut c = Controller::new(bounds(), t0);
-    let grown = three_increases(&mut c, t0);
-    // An overload with the whole level in use: cut by half, out of slow start.
-    let overload = Observation {
+/// Three slow-start increases, then at `t0` + 6.5 s `o` with the grown
+/// level: that level, and the step's action.
+fn grown_then(c: &mut Controller, t0: Instant, o: impl Fn(f64) -> Observation) -> (f64, Action) {
+    let grown = three_increases(c, t0);
+    let action = c.step(&o(grown), t0 + ms(6500));
+    (grown, action)
+}
+
+/// An overload with the whole level in use (cuts by half).
+fn overload(level: f64) -> Observation {
+    Observation {
         tail: tail(13),
-        ..obs(Some(200), grown, 3, true)
-    };
-    assert_eq!(c.step(&overload, t0 + ms(6500)), Action::Decrease);
-    assert_eq!(c.phase(), Phase::Steady);
-    let cut = c.level();
-    assert!((cut - grown / 2.0).abs() < 1.0);
-    // Healthy again once drained, with LISTs waiting: ×1.3 up to 0.8 of
-    // the level in use at the cut, each step on evidence…
+        ..obs(Some(200), level, 3, true)
+    }
+}
+
+/// A spike over the set point within the target, a quiet tail.
+fn spike_within_target(level: f64) -> Observation {
+    Observation {
+        tail: tail(1),
+        ..obs(Some(40), level / 4.0, 1, true)
+    }
+}
+
+/// `n` increases on healthy evidence from `t`, one evidence period apart:
+/// the level after each, and the time after the last.
+fn healthy_increases(c: &mut Controller, mut t: Instant, n: usize) -> (Vec<f64>, Instant) {
     let healthy = obs(Some(10), 0.0, 0, true);
-    let mut t = t0 + ms(6500) + MAX_HOLD;
     let mut levels = vec![];
-    for _ in 0..4 {
+    for _ in 0..n {
         c.note_completion(t - ms(100));
         assert_eq!(c.step(&healthy, t), Action::Increase);
         levels.push(c.level());
         t += STEADY_EVIDENCE;
     }
+    (levels, t)
+}
+
+#[test]
+fn after_a_cut_the_level_regains_most_of_what_was_in_use_in_slow_start_steps() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    // An overload with the whole level in use: cut by half, out of slow start.
+    let (grown, action) = grown_then(&mut c, t0, overload);
+    assert_eq!(action, Action::Decrease);
+    assert_eq!(c.phase(), Phase::Steady);
+    let cut = c.level();
+    assert!((cut - grown / 2.0).abs() < 1.0);
+    // Healthy again once drained, with LISTs waiting: ×1.3 up to 0.8 of
+    // the level in use at the cut, each step on evidence…
+    let (levels, _) = healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 4);
     assert!((levels[0] - cut * SLOW_START_GROWTH).abs() < 1.0);
     assert!(
         (levels[1] - grown * RECOVERY).abs() < 1.0,
@@ -560,34 +586,27 @@ fn after_a_cut_the_level_regains_most_of_what_was_in_use_in_slow_start_steps() {
 fn a_spike_right_after_a_recovery_step_cuts() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let grown = three_increases(&mut c, t0);
-    let overload = Observation {
-        tail: tail(13),
-        ..obs(Some(200), grown, 3, true)
-    };
-    assert_eq!(c.step(&overload, t0 + ms(6500)), Action::Decrease);
-    let t = t0 + ms(6500) + MAX_HOLD;
-    c.note_completion(t - ms(100));
-    assert_eq!(c.step(&obs(Some(10), 0.0, 0, true), t), Action::Increase);
+    let (_, action) = grown_then(&mut c, t0, overload);
+    assert_eq!(action, Action::Decrease);
+    let (_, t) = healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 1);
     let spike = Observation {
         tail: tail(3),
         ..obs(Some(170), c.level(), 2, true)
     };
-    assert_eq!(c.step(&spike, t + ms(500)), Action::Decrease);
+    assert_eq!(
+        c.step(&spike, t - STEADY_EVIDENCE + ms(500)),
+        Action::Decrease
+    );
 }
 
 #[test]
 fn a_spike_within_the_target_right_after_a_step_undoes_the_step() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let grown = three_increases(&mut c, t0);
+    // 40 ms: over the 35 ms set point, within the 50 ms target.
+    let (grown, action) = grown_then(&mut c, t0, spike_within_target);
+    assert_eq!(action, Action::Decrease);
     let before = grown / SLOW_START_GROWTH;
-    // 40 ms: over the 35 ms set point, within the 50 ms target; a quiet tail.
-    let spike = Observation {
-        tail: tail(1),
-        ..obs(Some(40), grown / 4.0, 1, true)
-    };
-    assert_eq!(c.step(&spike, t0 + ms(6500)), Action::Decrease);
     assert!(
         (c.level() - before).abs() < 1.0,
         "{} vs {before}",
@@ -595,9 +614,7 @@ fn a_spike_within_the_target_right_after_a_step_undoes_the_step() {
     );
     assert_eq!(c.phase(), Phase::Steady);
     // The next growth is the probe's.
-    let t = t0 + ms(6500) + MAX_HOLD;
-    c.note_completion(t - ms(100));
-    assert_eq!(c.step(&obs(Some(10), 0.0, 0, true), t), Action::Increase);
+    healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 1);
     assert!((c.level() - before * GROWTH).abs() < 1.0);
 }
 
@@ -605,24 +622,18 @@ fn a_spike_within_the_target_right_after_a_step_undoes_the_step() {
 fn past_the_last_edge_by_a_slow_start_step_slow_start_resumes() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let grown = three_increases(&mut c, t0);
     // A spike within the target right after the step: undone, steady.
-    let spike = Observation {
-        tail: tail(1),
-        ..obs(Some(40), grown / 4.0, 1, true)
-    };
-    assert_eq!(c.step(&spike, t0 + ms(6500)), Action::Decrease);
+    let (grown, action) = grown_then(&mut c, t0, spike_within_target);
+    assert_eq!(action, Action::Decrease);
     assert_eq!(c.phase(), Phase::Steady);
-    let healthy = obs(Some(10), 0.0, 0, true);
-    let mut t = t0 + ms(6500) + MAX_HOLD;
-    let mut factors = vec![];
-    for _ in 0..6 {
-        let before = c.level();
-        c.note_completion(t - ms(100));
-        assert_eq!(c.step(&healthy, t), Action::Increase);
-        factors.push(c.level() / before);
-        t += STEADY_EVIDENCE;
-    }
+    let start = c.level();
+    let (levels, _) = healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 6);
+    let factors: Vec<f64> = std::iter::once(start)
+        .chain(levels.iter().copied())
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|w| w[1] / w[0])
+        .collect();
     // ×1.125 from `grown / 1.3` (5 probes) to past 1.3 × `grown` (the
     // edge ×1.3): from there, slow start's steps.
     assert!(
