@@ -1,147 +1,4 @@
-//! The adaptive budget's controller: it moves the heavy lane's bytes/s rate
-//! and bytes-in-flight budget toward the largest values that keep the
-//! protected lanes' p99 (see [`super::signal`]) within the target. Pure:
-//! time and observations are passed in.
-//!
-//! ## One level, two outputs
-//! The controller steers one number, the *level* `L` in bytes: what the
-//! heavy lane may hold at once. The in-flight budget is `L` and the pool's
-//! rate lets `L` be admitted every [`TURNOVER`] (4 s, the default static
-//! pool's burst over its rate), each clamped to its own bounds:
-//! `inflight = clamp(L, minInflight, maxInflight)`,
-//! `rate = clamp(L / 4 s, minBytesPerSecond, maxBytesPerSecond)`.
-//! Long LISTs are held back by the in-flight budget (a dozen 33 MB LISTs at
-//! once wrecked the heartbeats); short ones by the rate, which spreads them
-//! out (the same dozen spread over a minute did not). Below one large
-//! request's size the in-flight budget admits it alone and the rate keeps
-//! falling, down to `minBytesPerSecond`: slower, never starved.
-//!
-//! ## Why not AIMD, a gradient or Vegas as they are
-//! All three adapt a request count from the latency of the requests they
-//! limit, sampled per request. Here the signal is another lane's latency,
-//! and it answers late: a decrease takes effect only when the LISTs admitted
-//! before it have ended, seconds later.
-//! - *Gradient* (Envoy, Gradient2: `limit·(target/sample)` each window)
-//!   re-decides every window; with a delayed response it cuts again and
-//!   again for the same overload (and Envoy's periodic forced minimum to
-//!   re-measure its baseline would stall every LIST for seconds). We keep
-//!   its idea that the size of a cut follows how far over the target the
-//!   signal is: `f = clamp(SET_POINT·target/p99, 0.5, 0.9)`.
-//! - *AIMD* (concurrency-limits' `AIMDLimit`: `+1` while used, `×0.9` on a
-//!   drop) has the right shape and a guard against growing while unused,
-//!   which we keep: the level grows only while heavy requests waited for
-//!   it. Its additive step is for fairness between competing flows; we
-//!   have one flow per apiserver, and bytes span five orders of magnitude,
-//!   so our increases are proportional.
-//! - *Vegas* (`VegasLimit`: grow while the estimated queue is small, shrink
-//!   when large, hold between) gives the band we keep: between
-//!   [`HEADROOM`]·target and [`SET_POINT`]·target, the level holds, so it
-//!   does not probe right at the edge.
-//!
-//! ## Why the set point is under the target
-//! The target is a p99 over minutes of heartbeats; the controller sees a
-//! p99 over seconds, and learns it was too high only after the fact. Each
-//! probe that crosses its threshold costs a second or two of slow
-//! heartbeats, and 1% of a minute's heartbeats is 0.6 s. So it cuts at
-//! `SET_POINT` (0.7) of the target, not at the target, and grows only
-//! under `HEADROOM` (0.6): probes that overshoot its threshold mostly stay
-//! under the target. On the real apiserver, cutting at the target missed
-//! it (run p99s of 58–62 ms against 50), and cutting at 0.8 of it still
-//! missed by a hair on the real apiserver and the simulator alike (50.9
-//! and 51.7 ms against 50) while serving more than the best static pool. The other side of the trade is
-//! noise: a single pause of the apiserver slows two or three heartbeats at
-//! once, which the signal's estimate ignores (never the two largest
-//! samples), so it does not cut for it; bench/RESULTS.md has the runs.
-//!
-//! ## The rules
-//! Every `intervalSeconds` the controller gets the signal, the target and
-//! what the heavy lane did since the last step.
-//! - **Decrease** when the p99 is over `SET_POINT`·target (or the apiserver answered
-//!   429/5xx) while heavy requests were in flight: `L = max(min, min(L,
-//!   used)·f)`, where `used` is the larger of the peak bytes in flight and
-//!   the bytes admitted over the last [`USE_WINDOW`] times `TURNOVER`, so a
-//!   level inflated while idle is cut to what is used. Then **hold**: no
-//!   further decrease until the bytes in flight have fallen under the new
-//!   budget and a signal window ([`HOLD_AFTER_DRAIN`]) has passed, or
-//!   [`MAX_HOLD`] in any case — until then the p99 still reflects LISTs
-//!   admitted before the cut.
-//! - **Increase** when, for at least [`MIN_EVIDENCE`] (in slow start; after
-//!   it [`STEADY_EVIDENCE`], 4 s) since the last change
-//!   (and since the p99 was last in the band), the p99 stayed under
-//!   `HEADROOM`·target, no 429/5xx came back, heavy requests waited for the
-//!   budget, and the last change could show: a request admitted after it
-//!   has completed, or `MAX_HOLD` passed. An idle lane shows nothing: on
-//!   the real apiserver a level that doubled while every LIST waited for
-//!   the rate opened the gate to a dozen LISTs at once.
-//!   A cold start begins at one request at a time: a level under the
-//!   largest waiting request's predicted cost only slows that request (it
-//!   runs alone), so the level goes to that cost as soon as one waits.
-//!   Then, in slow start, it grows by [`SLOW_START_GROWTH`] (×1.3, not ×2:
-//!   the heartbeats feel a rise only seconds later, when the LISTs it let
-//!   in are being encoded, and on the real apiserver doubling had reached
-//!   the maximum, a dozen LISTs in flight, before the first slow heartbeat
-//!   came back). Slow start ends at the first decrease (but for one at one
-//!   request at a time: the first LIST from a cold etcd pauses the
-//!   apiserver whatever the budget); after it the level
-//!   grows by [`GROWTH`] (×1.125: a halving is regained in six steps), but
-//!   a level cut under one waiting request steps back up to that request
-//!   in one increase (with the same evidence as any other): in between, the
-//!   request runs alone anyway, only later, and ×1.125 steps from a few
-//!   MB to a 76 MB LIST took a minute of 429s.
-//! - **Recovery** after a decrease, as TCP CUBIC regains its window: the
-//!   level in use when the heartbeats went slow was near what the apiserver
-//!   takes, so while the level is under [`RECOVERY`] (0.8) of it, growth
-//!   is the slow-start step (×1.3), and only past it the ×1.125 probe. A
-//!   cut by half is regained to 0.8 in two steps instead of four, each on
-//!   the same evidence as any increase. On the real apiserver one pause cut
-//!   the level from 168 to 65 MB early in a run, and ×1.125 steps did not
-//!   climb back to the ~150 MB it took until the run's last seconds: 40 to
-//!   52 LISTs a minute where other runs served 90.
-//! - **Back to slow start** once the level has grown one slow-start step
-//!   (×1.3) past the level in use at the last decrease without another:
-//!   that edge was a pause, not the apiserver's limit. On the real
-//!   apiserver one spike right after the step to 99 MB ended slow start
-//!   there, and ×1.125 steps took the rest of the run to reach the
-//!   ~400 MB it took (37 LISTs a minute against the best static pool's 81).
-//! - **Hold** otherwise: no signal (too few protected requests), idle, or
-//!   in the band.
-//!
-//! ## The tail: the target's own 1%
-//! The short window steers fast; whether the target holds is decided over
-//! the minute (see [`super::signal`]'s tail): the share of protected
-//! requests over the target, against a budget of 0.8% ([`TAIL_BUDGET`]:
-//! of the 1% a p99 allows, what tollgate's view of the latency leaves for
-//! the clients' own). It enters the rules three ways.
-//! - A short window over the set point cuts only if the tail has spent
-//!   more than `SET_POINT` of its budget: one pause of the apiserver that
-//!   slowed three heartbeats of a healthy minute is what the 1% is for
-//!   (on the simulator, at one LIST at a time, each LIST's pause cut the
-//!   level and the next step put it back, every 2.5 s). In an overload
-//!   every heartbeat is slow, and the budget is spent within a second or
-//!   so. But right after a slow-start (or recovery) multiplication a spike
-//!   is the likeliest onset of what the step let in (on the real apiserver
-//!   the heartbeats' median tripled over the 3 s the tail took to fill
-//!   after one): over the target it cuts; within it, the step is undone —
-//!   the level before it had shown healthy, and a cut of what is in use
-//!   (which lags a growing level) halved the level there, costing half
-//!   the run's LISTs while ×1.125 steps climbed back.
-//! - Growth needs the tail under `HEADROOM` of its budget too. On the
-//!   simulator each LIST slowed one or two heartbeats, which the short
-//!   window never shows; the level grew until fifteen LISTs a minute put
-//!   the run's p99 at the target's edge (45–55 ms against 50).
-//! - A tail over its whole budget cuts by `clamp(budget/share, 0.5, 0.9)`
-//!   even with the short window healthy, at most once per half
-//!   [`super::signal::TAIL_WINDOW`] (the tail still holds the samples from
-//!   before the last cut for that long).
-//!
-//! With too few protected requests for a 1% tail
-//! ([`super::signal::TAIL_MIN_SAMPLES`] a minute), the short window
-//! decides alone, as before.
-//!
-//! Properties (tested): the level and both outputs stay within their
-//! bounds whatever is observed; a sustained violation with heavy requests
-//! in flight drives the level down to its minimum; after it ends, demand
-//! with a healthy signal brings the level back to its maximum.
+#![doc = include_str!("adaptive.md")]
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -158,15 +15,21 @@ pub const TURNOVER: Duration = Duration::from_secs(4);
 pub const SET_POINT: f64 = 0.7;
 /// …and under this share it may grow; between them it holds.
 pub const HEADROOM: f64 = 0.6;
-/// The least time a change is watched before the next increase in slow
-/// start (the signal's shortest window)…
-pub const MIN_EVIDENCE: Duration = super::signal::MIN_WINDOW;
-/// …and after it: one turnover of the level, the time the rate takes to
-/// admit what the level holds. Past slow start the level is near the
-/// apiserver's edge, where the real apiserver answers a step 3–5 s late
-/// (its heap grows with what it holds); ×1.125 every 2 s stepped past the
-/// edge before the first step's slow heartbeats came back.
-pub const STEADY_EVIDENCE: Duration = TURNOVER;
+/// The least time a change is watched before the next increase: one
+/// turnover of the level, the time the rate takes to admit what the level
+/// holds. The real apiserver answers a step 3–5 s late (its heap grows
+/// with what it holds): ×1.125 every 2 s stepped past its edge before the
+/// first step's slow heartbeats came back, and so did slow start's ×1.3
+/// every 2 s (from one LIST to 810 MB in 25 s, overloaded 2 s later, in
+/// three runs of three).
+pub const EVIDENCE: Duration = TURNOVER;
+/// …and near the last edge (from `RECOVERY` of the level in use at the
+/// last decrease to a slow-start step past it): two turnovers, as TCP CUBIC
+/// dwells near the window where it last lost. On the real apiserver the
+/// edge is a cliff, not a slope (the heartbeats' short-window p99 read
+/// 15–23 ms right up to a 130–206 ms pause), and 4 s steps regained it
+/// within 15 s of a cut: two overloads in one minute.
+pub const EDGE_EVIDENCE: Duration = Duration::from_secs(8);
 /// After a decrease has drained, the time before another may follow.
 pub const HOLD_AFTER_DRAIN: Duration = super::signal::MIN_WINDOW;
 /// The longest a decrease holds off the next, drained or not.
@@ -181,12 +44,15 @@ pub const RECOVERY: f64 = 0.8;
 /// Admitted bytes are summed over this long to measure use.
 pub const USE_WINDOW: Duration = Duration::from_secs(10);
 /// The share of protected requests over the target the controller allows:
-/// 0.8%, not the whole 1% a p99 lets be slower, since the clients see more
-/// slow requests than tollgate does (their own queueing and tollgate's
-/// write path are not in the latency it measures, request to response
-/// headers): in two real-apiserver runs tollgate counted 5 and 8 slow
-/// heartbeats in a minute where the clients' p99 put at least 12 over.
-pub const TAIL_BUDGET: f64 = 0.008;
+/// the 1% a p99 lets be slower. (0.8% was tried, for two real-apiserver
+/// runs where tollgate, timing a request from its handler to the response
+/// headers, counted 5 and 8 slow heartbeats where the clients' p99 put at
+/// least 12 over; it cost the simulators a quarter of their LISTs, and
+/// later runs counted as the clients did: 8 and 8, 45 and 49.)
+pub const TAIL_BUDGET: f64 = 0.01;
+/// Growth needs the tail's budget spent slower than this share of the rate
+/// it allows, over the last [`super::signal::BURN_WINDOW`].
+pub const GROW_BURN: f64 = 0.8;
 /// The smallest and largest cut.
 const CUT_RANGE: (f64, f64) = (0.5, 0.9);
 /// How far over the target a 429/5xx from the apiserver counts.
@@ -234,11 +100,11 @@ pub enum Action {
     Decrease,
     /// Over the target, but the last decrease has not taken effect yet.
     HoldDraining,
-    /// Between `HEADROOM`·target and `SET_POINT`·target, or the tail
-    /// between `HEADROOM` and all of its budget.
+    /// Between `HEADROOM`·target and `SET_POINT`·target, or the tail's
+    /// budget spent faster than `GROW_BURN` of what it allows.
     HoldBand,
-    /// The short window over the set point, but the tail within its
-    /// budget: a pause the target's 1% absorbs.
+    /// The short window over the set point, but the tail's budget neither
+    /// spent nor being overspent: a pause the target's 1% absorbs.
     HoldSpike,
     /// Healthy, but nothing waited for the budget.
     HoldIdle,
@@ -360,6 +226,11 @@ impl Controller {
         self.phase
     }
 
+    /// When the level was last cut (or a step undone).
+    pub fn last_decrease(&self) -> Option<Instant> {
+        self.last_decrease
+    }
+
     pub fn last_action(&self) -> Action {
         self.last_action
     }
@@ -440,21 +311,26 @@ impl Controller {
         // The tail's share of its budget; unknown counts as spent, so
         // that the short window decides alone.
         let spent = o.tail.map(|t| t.share() / TAIL_BUDGET);
+        // How fast it is spent now, at the level in force.
+        let burn = o.tail.map(|t| t.burn_share() / TAIL_BUDGET);
         if ratio > 1.0 {
             self.evidence_since = now;
             if !busy {
                 // Not ours to fix: nothing heavy was running.
                 return Action::HoldIdle;
             }
-            let spike = o.upstream_errors == 0 && spent.is_some_and(|s| s <= SET_POINT);
+            // Within the budget, and not spending it faster than it allows.
+            let spike = o.upstream_errors == 0
+                && spent.is_some_and(|s| s <= 1.0)
+                && burn.is_some_and(|b| b <= 1.0);
             if spike && !self.multiplied {
                 return Action::HoldSpike;
             }
-            // Just after a slow-start or recovery multiplication a spike is the likeliest
-            // onset of the overload it let in, and waiting for the tail to
-            // fill costs seconds of slow heartbeats. Still within the target,
-            // the step is undone; over it, cut.
-            if spike && ratio <= 1.0 / SET_POINT {
+            // Just after a slow-start or recovery multiplication a spike is
+            // the likeliest onset of what the step let in: the step is
+            // undone (an overload that goes on overspends the budget within
+            // a second or two, and is cut).
+            if spike {
                 return self.undo_step(o, now);
             }
             return self.decrease((1.0 / ratio).clamp(CUT_RANGE.0, CUT_RANGE.1), o, now);
@@ -471,7 +347,7 @@ impl Controller {
         }
         if o.upstream_errors > 0
             || ratio > HEADROOM / SET_POINT
-            || spent.is_some_and(|s| s > HEADROOM)
+            || burn.is_some_and(|b| b > GROW_BURN)
         {
             self.evidence_since = now;
             return Action::HoldBand;
@@ -486,9 +362,13 @@ impl Controller {
         let one_request = self.level < 0.9 * self.waiting.min(hi);
         // A cold start to one request has nothing to watch yet.
         if !(one_request && self.phase == Phase::SlowStart) {
-            let evidence = match self.phase {
-                Phase::SlowStart => MIN_EVIDENCE,
-                Phase::Steady => STEADY_EVIDENCE,
+            let near_edge = self.edge > 0.0
+                && self.level >= self.edge * RECOVERY
+                && self.level < self.edge * SLOW_START_GROWTH;
+            let evidence = if self.phase == Phase::Steady && near_edge {
+                EDGE_EVIDENCE
+            } else {
+                EVIDENCE
             };
             let watched = now.saturating_duration_since(self.evidence_since) >= evidence;
             // Only a request admitted under the new level can show what it
@@ -556,10 +436,10 @@ impl Controller {
         let level = in_use * cut;
         self.recover_to = in_use * RECOVERY;
         self.edge = in_use;
-        // A cut at one request at a time says that request was heavy
+        // A first cut at one request at a time says that request was heavy
         // (the first LIST from a cold etcd always is), not where the
         // budget's edge is: slow start goes on.
-        if !self.one_request {
+        if !(self.one_request && self.decreases == 0) {
             self.phase = Phase::Steady;
         }
         self.change(level, now);
@@ -573,7 +453,13 @@ impl Controller {
     /// healthy, and out of slow start (but at one request at a time): the
     /// step found the edge.
     fn undo_step(&mut self, o: &Observation, now: Instant) -> Action {
-        if !self.one_request {
+        // Slow start goes on, from the level before the step, until a step
+        // is undone at (or under) the level a step was undone at before:
+        // the real apiserver pauses now and then whatever the load (one
+        // pause right after the step to 99 MB ended slow start there, and
+        // the run served 33 LISTs a minute against the best static pool's
+        // 81), but the same edge twice is the apiserver's.
+        if self.edge > 0.0 && self.level <= self.edge * 1.000_001 {
             self.phase = Phase::Steady;
         }
         self.recover_to = 0.0;

@@ -1,6 +1,9 @@
 use super::*;
 use proptest::prelude::*;
 
+#[path = "adaptive_tail_tests.rs"]
+mod tail_rules;
+
 const MB: f64 = 1_000_000.0;
 
 fn ms(n: u64) -> Duration {
@@ -32,12 +35,24 @@ fn obs(p99_ms: Option<u64>, used: f64, count: usize, waited: bool) -> Observatio
     }
 }
 
+/// A healthy step with a request of `bytes` waiting, nothing in flight.
+fn waiting(bytes: f64) -> Observation {
+    Observation {
+        waiting: bytes,
+        ..obs(Some(10), 0.0, 0, false)
+    }
+}
+
 /// A minute's tail: `slow` of 1,200 protected requests over the target.
 fn tail(slow: usize) -> Option<Tail> {
     Some(Tail {
         samples: 1200,
         slow,
         span: Duration::from_secs(60),
+        // None recent: the burn is the minute's share.
+        recent_samples: 0,
+        recent_slow: 0,
+        recent_span: Duration::ZERO,
     })
 }
 
@@ -54,33 +69,33 @@ fn a_cold_start_grows_then_a_violation_cuts_and_holds_until_drained() {
     let one_list = obs(Some(10), 33.0 * MB, 1, true);
     assert_eq!(c.step(&one_list, t0 + ms(500)), Action::HoldEvidence);
     assert_eq!(
-        c.step(&one_list, t0 + ms(2000)),
+        c.step(&one_list, t0 + ms(4000)),
         Action::HoldEvidence,
-        "watched 2 s, but the LIST admitted before has not ended"
+        "watched 4 s, but the LIST admitted before has not ended"
     );
     c.note_completion(t0 - ms(100));
     assert_eq!(
-        c.step(&one_list, t0 + ms(2500)),
+        c.step(&one_list, t0 + ms(4500)),
         Action::HoldEvidence,
         "admitted before the change"
     );
     c.note_completion(t0 + ms(100));
-    assert_eq!(c.step(&one_list, t0 + ms(3000)), Action::Increase);
+    assert_eq!(c.step(&one_list, t0 + ms(5000)), Action::Increase);
     let mut level = 4.0 * MB * SLOW_START_GROWTH;
     assert_eq!((c.level(), c.rate()), (level, level / 4.0));
     assert_eq!(
-        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(5000)),
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(9000)),
         Action::HoldEvidence,
         "nothing admitted under the new level has ended: nothing has shown"
     );
-    c.note_completion(t0 + ms(3500));
+    c.note_completion(t0 + ms(5500));
     assert_eq!(
-        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(5200)),
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(9200)),
         Action::Increase
     );
-    c.note_completion(t0 + ms(5300));
+    c.note_completion(t0 + ms(9300));
     assert_eq!(
-        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(7400)),
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(13_400)),
         Action::Increase
     );
     level *= SLOW_START_GROWTH * SLOW_START_GROWTH;
@@ -89,19 +104,19 @@ fn a_cold_start_grows_then_a_violation_cuts_and_holds_until_drained() {
     // 100 ms against a 35 ms set point: cut by half (the most), from the
     // level since the peak (33 MB) is above it.
     let over = obs(Some(100), 33.0 * MB, 1, true);
-    assert_eq!(c.step(&over, t0 + ms(7500)), Action::Decrease);
+    assert_eq!(c.step(&over, t0 + ms(13_500)), Action::Decrease);
     level *= 0.5;
     assert!((c.level() - level).abs() < 1.0);
     assert_eq!(c.phase(), Phase::Steady);
     // Still 33 MB in flight: the cut has not taken effect.
-    assert_eq!(c.step(&over, t0 + ms(8000)), Action::HoldDraining);
+    assert_eq!(c.step(&over, t0 + ms(14_000)), Action::HoldDraining);
     assert_eq!(
-        c.step(&obs(Some(100), 0.0, 0, true), t0 + ms(9000)),
+        c.step(&obs(Some(100), 0.0, 0, true), t0 + ms(15_000)),
         Action::HoldDraining,
         "drained just now"
     );
     assert_eq!(
-        c.step(&obs(Some(50), 0.0, 0, true), t0 + ms(11_000)),
+        c.step(&obs(Some(50), 0.0, 0, true), t0 + ms(17_000)),
         Action::Decrease,
         "a window after draining"
     );
@@ -109,14 +124,19 @@ fn a_cold_start_grows_then_a_violation_cuts_and_holds_until_drained() {
     // level, held at the 4 MB least level.
     level = (level * 0.7).max(4.0 * MB);
     assert!((c.level() - level).abs() < 1.0);
-    // Healthy again: evidence for one turnover (out of slow start), then ×1.125.
+    // Healthy again: evidence for one turnover, then ×1.125 (out of slow start).
     let ok = obs(Some(20), 0.0, 0, true);
-    assert_eq!(c.step(&ok, t0 + ms(12_000)), Action::HoldEvidence);
-    c.note_completion(t0 + ms(11_500));
-    assert_eq!(c.step(&ok, t0 + ms(13_000)), Action::HoldEvidence);
-    assert_eq!(c.step(&ok, t0 + ms(15_000)), Action::Increase);
+    assert_eq!(c.step(&ok, t0 + ms(18_000)), Action::HoldEvidence);
+    c.note_completion(t0 + ms(17_500));
+    assert_eq!(c.step(&ok, t0 + ms(19_000)), Action::HoldEvidence);
+    assert_eq!(
+        c.step(&ok, t0 + ms(21_000)),
+        Action::HoldEvidence,
+        "near the last cut's edge: two turnovers"
+    );
+    assert_eq!(c.step(&ok, t0 + ms(25_000)), Action::Increase);
     assert!((c.level() - level * GROWTH).abs() < 1.0);
-    assert_eq!(c.view(t0 + ms(15_000)).decreases, 2);
+    assert_eq!(c.view(t0 + ms(25_000)).decreases, 2);
 }
 
 #[test]
@@ -151,7 +171,7 @@ fn holds_in_the_band_when_idle_and_without_a_signal() {
     assert_eq!(c.level(), l);
     c.note_completion(t0 + ms(100));
     assert_eq!(
-        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(11_000)),
+        c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(13_000)),
         Action::Increase
     );
 }
@@ -188,7 +208,7 @@ fn apiserver_errors_count_as_a_violation() {
         upstream_errors: 3,
         ..obs(Some(10), level, 1, true)
     };
-    assert_eq!(c.step(&o, t0 + ms(6500)), Action::Decrease);
+    assert_eq!(c.step(&o, t0 + ms(12_500)), Action::Decrease);
     assert!((c.level() - level / 1.5).abs() < 1.0);
 }
 
@@ -313,10 +333,7 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
     let mut c = Controller::new(bounds(), t0);
     // A 33 MB LIST waits behind a 4 MB level: a level under it only slows
     // it, so the level goes to one LIST at once.
-    let waiting = Observation {
-        waiting: 33.0 * MB,
-        ..obs(Some(10), 0.0, 0, false)
-    };
+    let waiting = waiting(33.0 * MB);
     assert_eq!(c.step(&waiting, t0 + ms(500)), Action::Increase);
     assert_eq!((c.level(), c.inflight()), (33.0 * MB, 33.0 * MB));
     // Nothing admitted under it has ended: no doubling, however long the
@@ -359,7 +376,7 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
 }
 
 #[test]
-fn a_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
+fn a_first_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
     let waiting = |p99, used| Observation {
@@ -383,147 +400,49 @@ fn a_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
     );
     assert_eq!(c.level(), 76.0 * MB);
     c.note_completion(t0 + ms(4500));
-    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(6500)), Action::Increase);
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(8000)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB * SLOW_START_GROWTH);
     // A cut above one request ends slow start…
     assert_eq!(
-        c.step(&waiting(200, 90.0 * MB), t0 + ms(7000)),
+        c.step(&waiting(200, 90.0 * MB), t0 + ms(8500)),
         Action::Decrease
     );
     assert_eq!(c.phase(), Phase::Steady);
     assert_eq!(c.level(), 45.0 * MB);
     // …and from then on the step back to one request needs evidence.
     assert_eq!(
-        c.step(&waiting(10, 0.0), t0 + ms(9500)),
+        c.step(&waiting(10, 0.0), t0 + ms(11_000)),
         Action::HoldEvidence,
         "no request admitted since the cut has ended"
     );
-    c.note_completion(t0 + ms(8000));
-    assert_eq!(c.step(&waiting(33, 0.0), t0 + ms(10_000)), Action::HoldBand);
+    c.note_completion(t0 + ms(9500));
+    assert_eq!(c.step(&waiting(33, 0.0), t0 + ms(11_500)), Action::HoldBand);
     assert_eq!(
-        c.step(&waiting(10, 0.0), t0 + ms(11_000)),
+        c.step(&waiting(10, 0.0), t0 + ms(12_500)),
         Action::HoldEvidence,
         "the band restarted the evidence"
     );
-    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(14_000)), Action::Increase);
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(15_500)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB, "one request at a time again");
 }
 
-/// Three slow-start increases, each on evidence, by `t0` + 6 s: the level.
+/// Three slow-start increases, each on evidence, by `t0` + 12 s: the level.
 fn three_increases(c: &mut Controller, t0: Instant) -> f64 {
     for s in 1..=3 {
-        c.note_completion(t0 + ms(s * 2000 - 1900));
+        c.note_completion(t0 + ms(s * 4000 - 3900));
         assert_eq!(
-            c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(s * 2000)),
+            c.step(&obs(Some(10), 0.0, 0, true), t0 + ms(s * 4000)),
             Action::Increase
         );
     }
     c.level()
 }
 
-#[test]
-fn a_pause_the_minutes_tail_absorbs_cuts_nothing() {
-    let t0 = Instant::now();
-    let mut c = Controller::new(bounds(), t0);
-    let grown = three_increases(&mut c, t0);
-    // 170 ms in the short window, 3 of the minute's 1,200 heartbeats slow,
-    // right after a slow-start step: a cut all the same (the onset of what
-    // the step let in).
-    let pause = Observation {
-        tail: tail(3),
-        ..obs(Some(170), grown, 2, true)
-    };
-    assert_eq!(c.step(&pause, t0 + ms(6500)), Action::Decrease);
-    assert_eq!(c.phase(), Phase::Steady);
-    let level = c.level();
-    assert!((level - grown / 2.0).abs() < 1.0);
-    // Any other time, the tail absorbs it (once the cut has drained).
-    let t0 = t0 + ms(6500) + MAX_HOLD;
-    assert_eq!(c.step(&pause, t0 + ms(6500)), Action::HoldSpike);
-    assert_eq!(c.level(), level);
-    // The same with the tail's budget spent: an overload, cut by half.
-    let overload = Observation {
-        tail: tail(13),
-        ..obs(Some(170), level, 2, true)
-    };
-    assert_eq!(c.step(&overload, t0 + ms(7000)), Action::Decrease);
-    let floor = c.range().0;
-    assert!(level / 2.0 < floor, "this cut reaches the floor");
-    assert_eq!(c.level(), floor);
-}
-
-#[test]
-fn the_tail_stops_growth_and_cuts_once_when_spent() {
-    let t0 = Instant::now();
-    let mut c = Controller::new(bounds(), t0);
-    let level = three_increases(&mut c, t0);
-    // The short window healthy, but 7 of 1,200 slow (0.58%, over HEADROOM
-    // of the 0.8% budget): no growth.
-    c.note_completion(t0 + ms(6100));
-    let seven = Observation {
-        tail: tail(7),
-        ..obs(Some(10), level, 1, true)
-    };
-    assert_eq!(c.step(&seven, t0 + ms(8000)), Action::HoldBand);
-    assert_eq!(c.level(), level);
-    // 12 of 1,200 (1%, 1.25 budgets): cut by 1/1.25, from what is used.
-    let twelve = Observation {
-        tail: tail(12),
-        ..obs(Some(10), level, 1, true)
-    };
-    assert_eq!(c.step(&twelve, t0 + ms(9000)), Action::Decrease);
-    assert!((c.level() - level * 0.8).abs() < 1.0);
-    assert_eq!(c.phase(), Phase::Steady);
-    // The tail still holds the samples from before the cut: no second cut
-    // for half a window, however drained.
-    for s in 1..30 {
-        let o = Observation {
-            tail: tail(12),
-            ..obs(Some(10), 0.0, 0, true)
-        };
-        assert_eq!(c.step(&o, t0 + ms(9000 + s * 1000)), Action::HoldBand);
-    }
-    let o = Observation {
-        tail: tail(12),
-        ..obs(Some(10), 0.0, 1, true)
-    };
-    assert_eq!(c.step(&o, t0 + ms(39_500)), Action::Decrease);
-    // Under HEADROOM of the budget (5 of 1,200), with evidence: growth again.
-    c.note_completion(t0 + ms(40_000));
-    let five = Observation {
-        tail: tail(5),
-        ..obs(Some(10), 0.0, 0, true)
-    };
-    assert_eq!(c.step(&five, t0 + ms(43_500)), Action::Increase);
-}
-
-#[test]
-fn a_spike_at_one_request_at_a_time_is_left_to_the_tail() {
-    let t0 = Instant::now();
-    let mut c = Controller::new(bounds(), t0);
-    // A 62 MB LIST waits: the level steps to it (one at a time), in slow start.
-    let waiting = Observation {
-        waiting: 62.0 * MB,
-        tail: tail(4),
-        ..obs(Some(10), 0.0, 0, false)
-    };
-    assert_eq!(c.step(&waiting, t0 + ms(500)), Action::Increase);
-    assert_eq!(c.phase(), Phase::SlowStart);
-    // Its pause slows a few heartbeats: the minute's tail has room for it.
-    let pause = Observation {
-        waiting: 62.0 * MB,
-        tail: tail(6),
-        ..obs(Some(70), 62.0 * MB, 1, false)
-    };
-    assert_eq!(c.step(&pause, t0 + ms(2500)), Action::HoldSpike);
-    assert_eq!(c.level(), 62.0 * MB);
-}
-
-/// Three slow-start increases, then at `t0` + 6.5 s `o` with the grown
+/// Three slow-start increases, then at `t0` + 12.5 s `o` with the grown
 /// level: that level, and the step's action.
 fn grown_then(c: &mut Controller, t0: Instant, o: impl Fn(f64) -> Observation) -> (f64, Action) {
     let grown = three_increases(c, t0);
-    let action = c.step(&o(grown), t0 + ms(6500));
+    let action = c.step(&o(grown), t0 + ms(12_500));
     (grown, action)
 }
 
@@ -543,8 +462,9 @@ fn spike_within_target(level: f64) -> Observation {
     }
 }
 
-/// `n` increases on healthy evidence from `t`, one evidence period apart:
-/// the level after each, and the time after the last.
+/// `n` increases on healthy evidence from `t`, one evidence period near an
+/// edge apart (enough anywhere): the level after each, and the time after
+/// the last.
 fn healthy_increases(c: &mut Controller, mut t: Instant, n: usize) -> (Vec<f64>, Instant) {
     let healthy = obs(Some(10), 0.0, 0, true);
     let mut levels = vec![];
@@ -552,7 +472,7 @@ fn healthy_increases(c: &mut Controller, mut t: Instant, n: usize) -> (Vec<f64>,
         c.note_completion(t - ms(100));
         assert_eq!(c.step(&healthy, t), Action::Increase);
         levels.push(c.level());
-        t += STEADY_EVIDENCE;
+        t += EDGE_EVIDENCE;
     }
     (levels, t)
 }
@@ -569,7 +489,7 @@ fn after_a_cut_the_level_regains_most_of_what_was_in_use_in_slow_start_steps() {
     assert!((cut - grown / 2.0).abs() < 1.0);
     // Healthy again once drained, with LISTs waiting: ×1.3 up to 0.8 of
     // the level in use at the cut, each step on evidence…
-    let (levels, _) = healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 4);
+    let (levels, _) = healthy_increases(&mut c, t0 + ms(12_500) + MAX_HOLD, 4);
     assert!((levels[0] - cut * SLOW_START_GROWTH).abs() < 1.0);
     assert!(
         (levels[1] - grown * RECOVERY).abs() < 1.0,
@@ -583,51 +503,65 @@ fn after_a_cut_the_level_regains_most_of_what_was_in_use_in_slow_start_steps() {
 }
 
 #[test]
-fn a_spike_right_after_a_recovery_step_cuts() {
+fn a_spike_right_after_a_recovery_step_undoes_it() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
     let (_, action) = grown_then(&mut c, t0, overload);
     assert_eq!(action, Action::Decrease);
-    let (_, t) = healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 1);
+    let cut = c.level();
+    let (_, t) = healthy_increases(&mut c, t0 + ms(12_500) + MAX_HOLD, 1);
     let spike = Observation {
         tail: tail(3),
         ..obs(Some(170), c.level(), 2, true)
     };
     assert_eq!(
-        c.step(&spike, t - STEADY_EVIDENCE + ms(500)),
+        c.step(&spike, t - EDGE_EVIDENCE + ms(500)),
         Action::Decrease
     );
+    assert!((c.level() - cut).abs() < 1.0, "back to the level cut to");
+}
+
+/// Three slow-start increases, a spike within the target right after the
+/// last (undone: slow start goes on), the same step again and a spike
+/// again (undone at the same edge: out of slow start). The level grown to
+/// before the first undo, and the time after.
+fn undone_twice(c: &mut Controller, t0: Instant) -> (f64, Instant) {
+    let (grown, action) = grown_then(c, t0, spike_within_target);
+    assert_eq!(action, Action::Decrease);
+    assert!(
+        (c.level() - grown / SLOW_START_GROWTH).abs() < 1.0,
+        "{} vs {}",
+        c.level(),
+        grown / SLOW_START_GROWTH
+    );
+    assert_eq!(c.phase(), Phase::SlowStart, "a first step undone");
+    let (levels, _) = healthy_increases(c, t0 + ms(12_500) + MAX_HOLD, 1);
+    assert!((levels[0] - grown).abs() < 1.0, "the same step again");
+    let t = t0 + ms(13_000) + MAX_HOLD;
+    assert_eq!(c.step(&spike_within_target(grown), t), Action::Decrease);
+    assert!((c.level() - grown / SLOW_START_GROWTH).abs() < 1.0);
+    (grown, t)
 }
 
 #[test]
 fn a_spike_within_the_target_right_after_a_step_undoes_the_step() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    // 40 ms: over the 35 ms set point, within the 50 ms target.
-    let (grown, action) = grown_then(&mut c, t0, spike_within_target);
-    assert_eq!(action, Action::Decrease);
-    let before = grown / SLOW_START_GROWTH;
-    assert!(
-        (c.level() - before).abs() < 1.0,
-        "{} vs {before}",
-        c.level()
-    );
-    assert_eq!(c.phase(), Phase::Steady);
+    let (grown, t) = undone_twice(&mut c, t0);
+    assert_eq!(c.phase(), Phase::Steady, "the same edge twice");
     // The next growth is the probe's.
-    healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 1);
-    assert!((c.level() - before * GROWTH).abs() < 1.0);
+    healthy_increases(&mut c, t + MAX_HOLD, 1);
+    assert!((c.level() - grown / SLOW_START_GROWTH * GROWTH).abs() < 1.0);
 }
 
 #[test]
 fn past_the_last_edge_by_a_slow_start_step_slow_start_resumes() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    // A spike within the target right after the step: undone, steady.
-    let (grown, action) = grown_then(&mut c, t0, spike_within_target);
-    assert_eq!(action, Action::Decrease);
+    let (grown, t) = undone_twice(&mut c, t0);
     assert_eq!(c.phase(), Phase::Steady);
     let start = c.level();
-    let (levels, _) = healthy_increases(&mut c, t0 + ms(6500) + MAX_HOLD, 6);
+    let (levels, _) = healthy_increases(&mut c, t + MAX_HOLD, 6);
     let factors: Vec<f64> = std::iter::once(start)
         .chain(levels.iter().copied())
         .collect::<Vec<_>>()

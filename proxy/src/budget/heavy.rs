@@ -259,8 +259,12 @@ impl HeavyBudget {
     /// The tail of the signal `source` names.
     fn tail(&mut self, source: &str, target: Duration, now: Instant) -> Option<Tail> {
         match source {
-            "protected" => self.signal.tail(target, now),
-            _ => self.fallback.tail(target, now),
+            "protected" => self
+                .signal
+                .tail(target, now, self.controller.last_decrease()),
+            _ => self
+                .fallback
+                .tail(target, now, self.controller.last_decrease()),
         }
     }
 

@@ -68,6 +68,16 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(10);
 pub const TAIL_WINDOW: Duration = Duration::from_secs(60);
 /// Fewer samples than this in [`TAIL_WINDOW`] say nothing about a 1% tail.
 pub const TAIL_MIN_SAMPLES: usize = 100;
+/// The tail's recent part, which says how fast its budget is spent now: a
+/// third of the minute, long enough to hold several LISTs at the rates a
+/// budget allows (on the simulator each slows a few heartbeats), short
+/// enough that a cut shows in it within seconds rather than a minute.
+pub const BURN_WINDOW: Duration = Duration::from_secs(20);
+/// …holding at least this many samples, where the minute has them: ten
+/// slow ones at 1%. At 20 heartbeats a second, 20 s hold 400, and one pause
+/// of the real apiserver (four or five slow heartbeats) read as the whole
+/// budget overspent.
+pub const BURN_MIN_SAMPLES: usize = 1000;
 /// Samples kept (recent and quiet each).
 pub const MAX_SAMPLES: usize = 4096;
 /// After a heavy request ends, samples count as quiet only from then on.
@@ -87,6 +97,13 @@ pub struct Tail {
     pub slow: usize,
     /// The time from the oldest of them to now.
     pub span: Duration,
+    /// The newest samples spanning [`BURN_WINDOW`] and holding at least
+    /// [`BURN_MIN_SAMPLES`] (but none before the time the caller gave),
+    /// and how many were slow.
+    pub recent_samples: usize,
+    pub recent_slow: usize,
+    /// The time from the oldest of those to now.
+    pub recent_span: Duration,
 }
 
 impl Tail {
@@ -104,6 +121,22 @@ impl Tail {
         let span = self.span.max(MIN_WINDOW).as_secs_f64();
         let whole = self.samples as f64 * (TAIL_WINDOW.as_secs_f64() / span).max(1.0);
         self.slow as f64 / whole.max(1.0)
+    }
+
+    /// The share of the last [`BURN_WINDOW`]'s requests that were slow: how
+    /// fast the budget is being spent now, at the level in force (the
+    /// minute's share still holds what levels cut since let through). With
+    /// too few recent samples, the minute's share.
+    /// Judged as the minute's share is early on: against the samples the
+    /// whole window will hold at the rate seen, so the first seconds after
+    /// a cut (or a cold start) are not judged on one pause alone.
+    pub fn burn_share(&self) -> f64 {
+        if self.recent_samples < MIN_SAMPLES {
+            return self.share();
+        }
+        let span = self.recent_span.max(MIN_WINDOW).as_secs_f64();
+        let whole = self.recent_samples as f64 * (BURN_WINDOW.as_secs_f64() / span).max(1.0);
+        self.recent_slow as f64 / whole
     }
 }
 
@@ -270,9 +303,16 @@ impl Signal {
         Some((Duration::from_secs_f64(robust_p99(taken)), n, span))
     }
 
-    /// The tail at `now` against `target`; `None` with fewer than
+    /// The tail at `now` against `target`, its recent part from no earlier
+    /// than `burn_since` (the last cut: what levels before it let through
+    /// is no longer being spent); `None` with fewer than
     /// [`TAIL_MIN_SAMPLES`] in the window.
-    pub fn tail(&mut self, target: Duration, now: Instant) -> Option<Tail> {
+    pub fn tail(
+        &mut self,
+        target: Duration,
+        now: Instant,
+        burn_since: Option<Instant>,
+    ) -> Option<Tail> {
         self.prune(now);
         if self.recent.len() < TAIL_MIN_SAMPLES {
             return None;
@@ -283,10 +323,26 @@ impl Signal {
             .recent
             .front()
             .map_or(Duration::ZERO, |s| now.saturating_duration_since(s.0));
+        let burn_from = now.checked_sub(BURN_WINDOW);
+        let (mut recent_samples, mut recent_slow) = (0, 0);
+        let mut recent_span = Duration::ZERO;
+        let cut = burn_since.filter(|c| now.saturating_duration_since(*c) < TAIL_WINDOW);
+        for &(t, secs) in self.recent.iter().rev() {
+            let past_window = burn_from.is_some_and(|b| t < b);
+            if cut.is_some_and(|c| t < c) || past_window && recent_samples >= BURN_MIN_SAMPLES {
+                break;
+            }
+            recent_samples += 1;
+            recent_slow += usize::from(secs > limit);
+            recent_span = now.saturating_duration_since(t);
+        }
         Some(Tail {
             samples: self.recent.len(),
             slow,
             span,
+            recent_samples,
+            recent_slow,
+            recent_span,
         })
     }
 
@@ -384,21 +440,21 @@ mod tests {
         // 20/s; every 100th 80 ms (over a 50 ms target), the rest 10 ms.
         let now = heartbeats(&mut s, t0, 4, |i| if i % 100 == 99 { 80 } else { 10 });
         assert_eq!(
-            s.tail(ms(50), now),
+            s.tail(ms(50), now, None),
             None,
             "80 samples say nothing of a 1% tail"
         );
         let now = heartbeats(&mut s, now, 1, |_| 10);
-        let t = s.tail(ms(50), now).expect("100 samples");
+        let t = s.tail(ms(50), now, None).expect("100 samples");
         assert_eq!((t.samples, t.slow), (100, 0));
         // 15 s in: 3 slow of 300, judged against a minute's 1,200: 0.25%.
         let now = heartbeats(&mut s, now, 10, |i| if i % 100 == 99 { 80 } else { 10 });
-        let t = s.tail(ms(50), now).expect("enough");
+        let t = s.tail(ms(50), now, None).expect("enough");
         assert_eq!((t.samples, t.slow), (300, 2));
         assert!((t.share() - 2.0 / 1200.0).abs() < 1e-3, "{}", t.share());
         // Two minutes on, only the last minute counts: 12 of 1,200.
         let now = heartbeats(&mut s, now, 120, |i| if i % 100 == 50 { 80 } else { 10 });
-        let t = s.tail(ms(50), now).expect("enough");
+        let t = s.tail(ms(50), now, None).expect("enough");
         assert_eq!(t.samples, 1201, "the window's ends are both in");
         assert_eq!(t.slow, 12);
         assert!((t.share() - 0.01).abs() < 1e-3);
@@ -414,7 +470,7 @@ mod tests {
             let l = ms(if i % 100 == 7 { 80 } else { 10 });
             s.record(l, now - l, now);
         }
-        let t = s.tail(ms(50), now).expect("enough");
+        let t = s.tail(ms(50), now, None).expect("enough");
         assert_eq!(t.samples, MAX_SAMPLES);
         assert!(t.span < Duration::from_secs(42), "{:?}", t.span);
         assert!(
@@ -422,6 +478,38 @@ mod tests {
             "1% slow, not 0.68%: {}",
             t.share()
         );
+    }
+
+    #[test]
+    fn the_burn_share_is_the_last_twenty_seconds_and_thousand_samples_or_since_the_last_cut() {
+        let mut s = Signal::new();
+        let t0 = Instant::now();
+        // 40 s at 2% slow, then 20 s at 0.5%: the minute still reads 1.5%,
+        // the burn the 0.5% spent now.
+        let now = heartbeats(&mut s, t0, 40, |i| if i % 50 == 49 { 80 } else { 10 });
+        let t = s.tail(ms(50), now, None).expect("enough");
+        assert!((t.burn_share() - 0.02).abs() < 3e-3, "{}", t.burn_share());
+        // At 20/s, 20 s are 400 samples: the window reaches back to 1,000
+        // (30 s of the 2%, 20 s of the 0.5%: 1.4%).
+        let now = heartbeats(&mut s, now, 20, |i| if i % 200 == 199 { 80 } else { 10 });
+        let t = s.tail(ms(50), now, None).expect("enough");
+        assert_eq!(t.recent_samples, BURN_MIN_SAMPLES);
+        assert!((t.share() - 0.015).abs() < 1e-3, "{}", t.share());
+        assert!((t.burn_share() - 0.014).abs() < 1e-3, "{}", t.burn_share());
+        // A cut 5 s ago: only what came after it counts, judged against a
+        // whole burn window at that rate (at most 1 slow of 100, of 400).
+        let t = s
+            .tail(ms(50), now, now.checked_sub(Duration::from_secs(5)))
+            .expect("enough");
+        assert_eq!(t.recent_samples, 101);
+        assert!(t.burn_share() <= 1.0 / 400.0, "{}", t.burn_share());
+        // A cut half a second ago: too few samples since; the minute's
+        // share stands in.
+        let t = s
+            .tail(ms(50), now, now.checked_sub(ms(500)))
+            .expect("enough");
+        assert!(t.recent_samples < MIN_SAMPLES);
+        assert_eq!(t.burn_share(), t.share());
     }
 
     #[test]
