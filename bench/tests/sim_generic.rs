@@ -292,6 +292,18 @@ async fn services_get_a_cluster_ip_from_the_range(backend: Backend) {
     );
 }
 
+/// Creates the widgets CRD (201) through `h`: the created CRD.
+async fn create_widget_crd(h: &Http) -> Value {
+    ok(
+        &h.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &widget_crd(),
+        )
+        .await,
+        201,
+    )
+}
+
 fn widget_crd() -> Value {
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
            "metadata": {"name": "widgets.example.com"},
@@ -312,14 +324,7 @@ async fn a_crd_serves_its_resource_until_deleted(backend: Backend) {
     let h = Http::new(&s.url);
     let base = "/apis/example.com/v1/namespaces/default/widgets";
     assert_eq!(h.get(base).await.status, 404);
-    let crd = ok(
-        &h.post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &widget_crd(),
-        )
-        .await,
-        201,
-    );
+    let crd = create_widget_crd(&h).await;
     assert_eq!(crd["spec"]["names"]["listKind"], "WidgetList");
     let established = ok(
         &h.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com")
@@ -387,14 +392,7 @@ async fn a_crd_serves_its_resource_until_deleted(backend: Backend) {
     assert_eq!(h.get(base).await.status, 404);
     assert_eq!(h.get("/apis/example.com/v1").await.status, 404);
     // Created again, it starts empty.
-    ok(
-        &h.post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &widget_crd(),
-        )
-        .await,
-        201,
-    );
+    create_widget_crd(&h).await;
     assert_eq!(ok(&h.get(base).await, 200)["items"], json!([]));
 }
 
@@ -461,14 +459,7 @@ async fn a_restart_on_etcd_serves_the_stored_crds_and_their_objects() {
     let etcd_url = first.etcd.as_ref().expect("an etcd").url.clone();
     let h = Http::new(&first.url);
     let base = "/apis/example.com/v1/namespaces/default/widgets";
-    ok(
-        &h.post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &widget_crd(),
-        )
-        .await,
-        201,
-    );
+    create_widget_crd(&h).await;
     ok(
         &h.post(base, &widget("kept", json!({"size": 7}))).await,
         201,

@@ -323,15 +323,15 @@ impl Controller {
             let spike = o.upstream_errors == 0
                 && spent.is_some_and(|s| s <= 1.0)
                 && burn.is_some_and(|b| b <= 1.0);
-            if spike && !self.multiplied {
-                return Action::HoldSpike;
-            }
             // Just after a slow-start or recovery multiplication a spike is
             // the likeliest onset of what the step let in: the step is
             // undone (an overload that goes on overspends the budget within
             // a second or two, and is cut).
-            if spike {
+            if spike && self.multiplied {
                 return self.undo_step(o, now);
+            }
+            if spike {
+                return Action::HoldSpike;
             }
             return self.decrease((1.0 / ratio).clamp(CUT_RANGE.0, CUT_RANGE.1), o, now);
         }

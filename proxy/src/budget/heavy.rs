@@ -258,13 +258,10 @@ impl HeavyBudget {
 
     /// The tail of the signal `source` names.
     fn tail(&mut self, source: &str, target: Duration, now: Instant) -> Option<Tail> {
+        let since = self.controller.last_decrease();
         match source {
-            "protected" => self
-                .signal
-                .tail(target, now, self.controller.last_decrease()),
-            _ => self
-                .fallback
-                .tail(target, now, self.controller.last_decrease()),
+            "protected" => self.signal.tail(target, now, since),
+            _ => self.fallback.tail(target, now, since),
         }
     }
 

@@ -118,26 +118,34 @@ impl Tail {
         if self.samples >= MAX_SAMPLES {
             return self.slow as f64 / self.samples as f64;
         }
-        let span = self.span.max(MIN_WINDOW).as_secs_f64();
-        let whole = self.samples as f64 * (TAIL_WINDOW.as_secs_f64() / span).max(1.0);
-        self.slow as f64 / whole.max(1.0)
+        scaled_share(self.slow, self.samples, self.span, TAIL_WINDOW)
     }
 
-    /// The share of the last [`BURN_WINDOW`]'s requests that were slow: how
-    /// fast the budget is being spent now, at the level in force (the
-    /// minute's share still holds what levels cut since let through). With
-    /// too few recent samples, the minute's share.
-    /// Judged as the minute's share is early on: against the samples the
-    /// whole window will hold at the rate seen, so the first seconds after
-    /// a cut (or a cold start) are not judged on one pause alone.
+    /// The share of the recent part's requests that were slow: how fast the
+    /// budget is being spent now, at the level in force (the minute's share
+    /// still holds what levels cut since let through). Scaled as the
+    /// minute's share is early on, so the first seconds after a cut are not
+    /// judged on one pause alone; with too few recent samples, the minute's
+    /// share.
     pub fn burn_share(&self) -> f64 {
         if self.recent_samples < MIN_SAMPLES {
             return self.share();
         }
-        let span = self.recent_span.max(MIN_WINDOW).as_secs_f64();
-        let whole = self.recent_samples as f64 * (BURN_WINDOW.as_secs_f64() / span).max(1.0);
-        self.recent_slow as f64 / whole
+        scaled_share(
+            self.recent_slow,
+            self.recent_samples,
+            self.recent_span,
+            BURN_WINDOW,
+        )
     }
+}
+
+/// `slow` against the samples a whole `window` holds at the rate `samples`
+/// over `span` show (at least `samples`).
+fn scaled_share(slow: usize, samples: usize, span: Duration, window: Duration) -> f64 {
+    let span = span.max(MIN_WINDOW).as_secs_f64();
+    let whole = samples as f64 * (window.as_secs_f64() / span).max(1.0);
+    slow as f64 / whole.max(1.0)
 }
 
 /// The protected lanes' latency.
@@ -326,10 +334,11 @@ impl Signal {
         let burn_from = now.checked_sub(BURN_WINDOW);
         let (mut recent_samples, mut recent_slow) = (0, 0);
         let mut recent_span = Duration::ZERO;
-        let cut = burn_since.filter(|c| now.saturating_duration_since(*c) < TAIL_WINDOW);
         for &(t, secs) in self.recent.iter().rev() {
             let past_window = burn_from.is_some_and(|b| t < b);
-            if cut.is_some_and(|c| t < c) || past_window && recent_samples >= BURN_MIN_SAMPLES {
+            if burn_since.is_some_and(|c| t < c)
+                || past_window && recent_samples >= BURN_MIN_SAMPLES
+            {
                 break;
             }
             recent_samples += 1;
