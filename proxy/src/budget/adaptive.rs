@@ -136,6 +136,9 @@ pub struct Controller {
     recover_to: f64,
     /// The level before the last increase.
     before_step: f64,
+    /// Where an undo goes: the level before the last multiplication, or
+    /// before the one before it when the two came back to back.
+    undo_to: f64,
     /// The level in use at the last decrease (0: none yet).
     edge: f64,
     /// After a decrease: when the bytes in flight fell under the budget.
@@ -182,6 +185,7 @@ impl Controller {
             multiplied: false,
             recover_to: 0.0,
             before_step: 0.0,
+            undo_to: 0.0,
             edge: 0.0,
             drained_at: None,
             peak: 0.0,
@@ -350,6 +354,18 @@ impl Controller {
             || burn.is_some_and(|b| b > GROW_BURN)
         {
             self.evidence_since = now;
+            // The heartbeats feel the level: slow start ends here, as
+            // HyStart ends TCP's on a rising delay before any loss, and
+            // the level is probed as near an edge. (Not at one request at
+            // a time: that request is heavy, the edge is not found.)
+            if ratio > HEADROOM / SET_POINT
+                && busy
+                && self.phase == Phase::SlowStart
+                && !self.one_request
+            {
+                self.phase = Phase::Steady;
+                self.edge = self.level;
+            }
             return Action::HoldBand;
         }
         if self.waiting <= 0.0 {
@@ -408,10 +424,19 @@ impl Controller {
         };
         // A step larger than the probe's: a spike right after it cuts.
         let multiplied = level > self.level * GROWTH * 1.000_001;
+        // Two multiplications back to back: a spike after the second may
+        // be the first's doing (the real apiserver answers a step 3–5 s
+        // late, one step's evidence is 4 s), so an undo takes back both.
         let before = self.level;
+        let undo_to = if self.multiplied {
+            self.before_step
+        } else {
+            before
+        };
         self.change(level, now);
         self.multiplied = multiplied;
         self.before_step = before;
+        self.undo_to = undo_to;
         self.increases += 1;
         Action::Increase
     }
@@ -449,11 +474,10 @@ impl Controller {
         Action::Decrease
     }
 
-    /// Back to the level before the last multiplication, which had shown
-    /// healthy, and out of slow start (but at one request at a time): the
-    /// step found the edge.
+    /// Back to the level before the last multiplication (before the last
+    /// two, when they came back to back): the step found the edge.
     fn undo_step(&mut self, o: &Observation, now: Instant) -> Action {
-        // Slow start goes on, from the level before the step, until a step
+        // Slow start goes on, from the level undone to, until a step
         // is undone at (or under) the level a step was undone at before:
         // the real apiserver pauses now and then whatever the load (one
         // pause right after the step to 99 MB ended slow start there, and
@@ -464,7 +488,7 @@ impl Controller {
         }
         self.recover_to = 0.0;
         self.edge = self.level;
-        self.change(self.before_step, now);
+        self.change(self.undo_to, now);
         self.last_decrease = Some(now);
         self.drained_at = (o.inflight_used <= self.inflight()).then_some(now);
         self.decreases += 1;

@@ -20,7 +20,8 @@ fn a_pause_the_minutes_tail_absorbs_cuts_nothing() {
     let mut c = Controller::new(bounds(), t0);
     let grown = three_increases(&mut c, t0);
     // 170 ms in the short window, 3 of the minute's 1,200 heartbeats slow,
-    // right after a slow-start step: the step is undone (the likeliest
+    // right after a slow-start step: the step is undone, with the one
+    // before it as they came back to back (the likeliest
     // onset of what it let in).
     let pause = Observation {
         tail: tail(3),
@@ -29,7 +30,7 @@ fn a_pause_the_minutes_tail_absorbs_cuts_nothing() {
     assert_eq!(c.step(&pause, t0 + ms(12_500)), Action::Decrease);
     assert_eq!(c.phase(), Phase::SlowStart, "a first step undone");
     let level = c.level();
-    assert!((level - grown / SLOW_START_GROWTH).abs() < 1.0);
+    assert!((level - grown / SLOW_START_GROWTH / SLOW_START_GROWTH).abs() < 1.0);
     // Any other time, the tail absorbs it (once the cut has drained).
     let t0 = t0 + ms(12_500) + MAX_HOLD;
     assert_eq!(c.step(&pause, t0 + ms(12_500)), Action::HoldSpike);

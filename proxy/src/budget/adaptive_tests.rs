@@ -522,24 +522,26 @@ fn a_spike_right_after_a_recovery_step_undoes_it() {
 }
 
 /// Three slow-start increases, a spike within the target right after the
-/// last (undone: slow start goes on), the same step again and a spike
-/// again (undone at the same edge: out of slow start). The level grown to
-/// before the first undo, and the time after.
+/// last (undone with the one before it, as they came back to back: slow
+/// start goes on), the same two steps again and a spike again (undone at
+/// the same edge: out of slow start). The level grown to before the first
+/// undo, and the time after.
 fn undone_twice(c: &mut Controller, t0: Instant) -> (f64, Instant) {
+    let two_back = |grown: f64| grown / SLOW_START_GROWTH / SLOW_START_GROWTH;
     let (grown, action) = grown_then(c, t0, spike_within_target);
     assert_eq!(action, Action::Decrease);
     assert!(
-        (c.level() - grown / SLOW_START_GROWTH).abs() < 1.0,
+        (c.level() - two_back(grown)).abs() < 1.0,
         "{} vs {}",
         c.level(),
-        grown / SLOW_START_GROWTH
+        two_back(grown)
     );
     assert_eq!(c.phase(), Phase::SlowStart, "a first step undone");
-    let (levels, _) = healthy_increases(c, t0 + ms(12_500) + MAX_HOLD, 1);
-    assert!((levels[0] - grown).abs() < 1.0, "the same step again");
-    let t = t0 + ms(13_000) + MAX_HOLD;
+    let (levels, _) = healthy_increases(c, t0 + ms(12_500) + MAX_HOLD, 2);
+    assert!((levels[1] - grown).abs() < 1.0, "the same steps again");
+    let t = t0 + ms(12_500) + MAX_HOLD + 2 * EDGE_EVIDENCE;
     assert_eq!(c.step(&spike_within_target(grown), t), Action::Decrease);
-    assert!((c.level() - grown / SLOW_START_GROWTH).abs() < 1.0);
+    assert!((c.level() - two_back(grown)).abs() < 1.0);
     (grown, t)
 }
 
@@ -551,7 +553,8 @@ fn a_spike_within_the_target_right_after_a_step_undoes_the_step() {
     assert_eq!(c.phase(), Phase::Steady, "the same edge twice");
     // The next growth is the probe's.
     healthy_increases(&mut c, t + MAX_HOLD, 1);
-    assert!((c.level() - grown / SLOW_START_GROWTH * GROWTH).abs() < 1.0);
+    let two_back = grown / SLOW_START_GROWTH / SLOW_START_GROWTH;
+    assert!((c.level() - two_back * GROWTH).abs() < 1.0);
 }
 
 #[test]
@@ -561,20 +564,64 @@ fn past_the_last_edge_by_a_slow_start_step_slow_start_resumes() {
     let (grown, t) = undone_twice(&mut c, t0);
     assert_eq!(c.phase(), Phase::Steady);
     let start = c.level();
-    let (levels, _) = healthy_increases(&mut c, t + MAX_HOLD, 6);
+    // ×1.125 from two slow-start steps under `grown` to past one over it
+    // (the edge ×1.3), then slow start's steps.
+    let probes = (SLOW_START_GROWTH.powi(3).ln() / GROWTH.ln()).ceil() as usize;
+    let (levels, _) = healthy_increases(&mut c, t + MAX_HOLD, probes + 1);
     let factors: Vec<f64> = std::iter::once(start)
         .chain(levels.iter().copied())
         .collect::<Vec<_>>()
         .windows(2)
         .map(|w| w[1] / w[0])
         .collect();
-    // ×1.125 from `grown / 1.3` (5 probes) to past 1.3 × `grown` (the
-    // edge ×1.3): from there, slow start's steps.
     assert!(
-        factors[..5].iter().all(|f| (f - GROWTH).abs() < 1e-9),
+        factors[..probes].iter().all(|f| (f - GROWTH).abs() < 1e-9),
         "{factors:?}"
     );
     assert!(c.level() / SLOW_START_GROWTH >= grown * SLOW_START_GROWTH);
-    assert!((factors[5] - SLOW_START_GROWTH).abs() < 1e-9, "{factors:?}");
+    assert!(
+        (factors[probes] - SLOW_START_GROWTH).abs() < 1e-9,
+        "{factors:?}"
+    );
     assert_eq!(c.phase(), Phase::SlowStart);
+}
+
+#[test]
+fn the_short_window_in_the_band_ends_slow_start_without_a_cut() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let grown = three_increases(&mut c, t0);
+    // 32 ms against a 50 ms target: over the headroom, under the set point,
+    // with a request in flight.
+    let band = obs(Some(32), grown / 4.0, 1, true);
+    assert_eq!(c.step(&band, t0 + ms(12_500)), Action::HoldBand);
+    assert_eq!((c.phase(), c.level()), (Phase::Steady, grown));
+    // The next increase is the probe's, on an edge's evidence.
+    let healthy = obs(Some(10), 0.0, 0, true);
+    c.note_completion(t0 + ms(12_600));
+    let t = t0 + ms(12_500) + EVIDENCE;
+    assert_eq!(c.step(&healthy, t), Action::HoldEvidence);
+    assert_eq!(
+        c.step(&healthy, t0 + ms(12_500) + EDGE_EVIDENCE),
+        Action::Increase
+    );
+    assert!((c.level() - grown * GROWTH).abs() < 1.0);
+}
+
+#[test]
+fn the_band_at_one_request_at_a_time_keeps_slow_start() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    // A 33 MB LIST waits: the level goes to it at once.
+    assert_eq!(c.step(&waiting(33.0 * MB), t0 + ms(500)), Action::Increase);
+    let band = Observation {
+        waiting: 33.0 * MB,
+        ..obs(Some(32), 33.0 * MB, 1, true)
+    };
+    assert_eq!(c.step(&band, t0 + ms(1500)), Action::HoldBand);
+    assert_eq!(
+        c.phase(),
+        Phase::SlowStart,
+        "that request is heavy, no edge"
+    );
 }
