@@ -54,6 +54,9 @@
 #   PROXIES="…"      which proxies (default: tollgate-dryRun tollgate-off tollgate-enforce
 #                    minproxy nginx haproxy; also tollgate-dryRun-h1up etc., see above)
 #   PIN=cpu          also pin every proxy to this CPU with taskset (default: unpinned)
+#   PIN_REST=cpu     pin the upstream nginx, loadgen and the 200 MB downloads to this CPU (default: unpinned);
+#                    with PIN, the proxy measured has a core of its own, so the latency phase's added
+#                    p99 is the proxy's and not the three processes' contention for two cores
 #   PROFILE=1        after the rounds, one more small-GET run per proxy and protocol under `perf record`
 #                    (not counted in the CPU figures): the share of each proxy's CPU samples by
 #                    component (kernel, TLS, HTTP/2, hyper, tokio, the allocator, tollgate, …),
@@ -88,6 +91,10 @@ esac
 [[ $UPSTREAM_KIND == nginx ]] || RESULTS=-
 read -r -a PROXIES <<<"${PROXIES:-tollgate-dryRun tollgate-off tollgate-enforce minproxy nginx haproxy}"
 PIN=${PIN:-}
+PIN_REST=${PIN_REST:-}
+# A prefix for the upstream and the clients (see PIN_REST).
+REST_CMD=()
+[[ -z "$PIN_REST" ]] || REST_CMD=(taskset -c "$PIN_REST")
 BIG_BYTES=$((200 * 1024 * 1024))
 SMALL_PATH=/api/v1/namespaces/default/pods/loadgen-pod-0
 BIG_PATH=/api/v1/configmaps
@@ -110,7 +117,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x "$NGINX" ]] || die "nginx is missing (apt-get install -y nginx-light)"
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 [[ -x "$HAPROXY" ]] || die "haproxy is missing (apt-get install -y haproxy)"
-[[ -z "$PIN" ]] || command -v taskset >/dev/null || die "PIN needs taskset (util-linux)"
+[[ -z "$PIN$PIN_REST" ]] || command -v taskset >/dev/null || die "PIN and PIN_REST need taskset (util-linux)"
 CLK_TCK=$(getconf CLK_TCK)
 bench_init
 
@@ -221,7 +228,7 @@ nginx_conf "$TMP/up" "$UP_PORT ssl http2" "root $TMP/www;
         location = $BIG_PATH { rewrite ^ /big.bin break; }
         location /api/ { rewrite ^ /small.json break; }" \
     "keepalive_timeout 600s;"
-"$NGINX" -p "$TMP/up" -c "$TMP/up/nginx.conf" >"$TMP/up/logs/stdout" 2>&1 &
+"${REST_CMD[@]}" "$NGINX" -p "$TMP/up" -c "$TMP/up/nginx.conf" >"$TMP/up/logs/stdout" 2>&1 &
 PIDS+=($!)
 UPSTREAM=https://127.0.0.1:$UP_PORT
 up_ok() { # the upstream answers a front-proxy client
@@ -395,7 +402,7 @@ loadgen_run() { # loadgen_run URL h1|h2 RATE SECONDS INFLIGHT CONNS OUTDIR [WARM
     [[ $OP == gets ]] || op=(--patches "$3/s" --patch-target node-status)
     [[ -z "${8:-}" ]] || schedule=(--schedule steps --steps 2 --step-duration "${8}s" --duration "$(($4 + $8))s")
     rm -rf "$out"
-    KUBECONFIG=/dev/null "$LOADGEN" --server "$1" "${LOADGEN_TLS[@]}" --http-version "$version" \
+    KUBECONFIG=/dev/null "${REST_CMD[@]}" "$LOADGEN" --server "$1" "${LOADGEN_TLS[@]}" --http-version "$version" \
         "${op[@]}" "${schedule[@]}" --max-in-flight "$5" --max-connections "$6" \
         --objects 1 --namespace default --timeout 10s --drain-timeout 10s --no-progress \
         --output "$out" >"$out.log" 2>&1 || die "loadgen against $1 failed: $(tail -5 "$out.log")"
@@ -442,7 +449,7 @@ big() { # big PROXY
     rm -f "$TMP"/big."$p".*
     t0=$(ticks "${PID[$p]}")
     for i in $(seq "$BIG_CONNS"); do
-        curl -s --http1.1 "${CURL_TLS[@]}" -w '%{http_code} %{size_download}\n' \
+        "${REST_CMD[@]}" curl -s --http1.1 "${CURL_TLS[@]}" -w '%{http_code} %{size_download}\n' \
             "${urls[@]}" >"$TMP/big.$p.$i" 2>&1 &
         curls+=($!)
     done
@@ -698,7 +705,7 @@ SECTION=$(cat <<EOF
 ## tollgate in the deployed shape (issue 21)
 
 \`${PROFILE:+PROFILE=1 }ROUNDS=$ROUNDS DURATION=$DURATION LAT_DURATION=$LAT_DURATION bash bench/scripts/tls-bench.sh\`
-(OFFERED=$OFFERED/s, INFLIGHT=$INFLIGHT, BIG_CONNS=$BIG_CONNS, BIG_GETS=$BIG_GETS${PIN:+, PIN=$PIN}), release
+(OFFERED=$OFFERED/s, INFLIGHT=$INFLIGHT, BIG_CONNS=$BIG_CONNS, BIG_GETS=$BIG_GETS${PIN:+, PIN=$PIN}${PIN_REST:+, PIN_REST=$PIN_REST}), release
 builds, run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($CPU_MODEL): load average $LOAD_BEFORE
 before, $LOAD_AFTER after. $("$NGINX" -v 2>&1 | sed 's/.*: //'), HAProxy $("$HAPROXY" -v | awk 'NR == 1 {print $3}').
 
