@@ -216,6 +216,10 @@ pub(super) fn cases() -> Vec<Case> {
             .body(MERGE, r#"{"spec":{"size":4}}"#),
         get("list custom objects", "custom resources", WIDGETS),
         case("delete CRD", "custom resources", "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),
+        // The real apiserver deletes the CRD's objects before the CRD (a finalizer): until the CRD
+        // itself is gone its objects answer a NotFound Status, after it "404 page not found".
+        get("CRD gone", "custom resources", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com")
+            .until_code(404),
         get("custom objects gone with their CRD", "custom resources", "/apis/example.com/v1/namespaces/conf/widgets/w1")
             .until_code(404),
     ]
