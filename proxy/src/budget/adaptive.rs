@@ -139,7 +139,8 @@ pub struct Controller {
     /// Where an undo goes: the level before the last multiplication, or
     /// before the one before it when the two came back to back.
     undo_to: f64,
-    /// The level in use at the last decrease (0: none yet).
+    /// The level in use at the last decrease, or where slow start ended in
+    /// the band (0: none yet).
     edge: f64,
     /// After a decrease: when the bytes in flight fell under the budget.
     drained_at: Option<Instant>,
@@ -349,20 +350,14 @@ impl Controller {
             }
             return Action::HoldBand;
         }
-        if o.upstream_errors > 0
-            || ratio > HEADROOM / SET_POINT
-            || burn.is_some_and(|b| b > GROW_BURN)
-        {
+        let in_band = ratio > HEADROOM / SET_POINT;
+        if o.upstream_errors > 0 || in_band || burn.is_some_and(|b| b > GROW_BURN) {
             self.evidence_since = now;
             // The heartbeats feel the level: slow start ends here, as
             // HyStart ends TCP's on a rising delay before any loss, and
             // the level is probed as near an edge. (Not at one request at
             // a time: that request is heavy, the edge is not found.)
-            if ratio > HEADROOM / SET_POINT
-                && busy
-                && self.phase == Phase::SlowStart
-                && !self.one_request
-            {
+            if in_band && busy && self.phase == Phase::SlowStart && !self.one_request {
                 self.phase = Phase::Steady;
                 self.edge = self.level;
             }
@@ -422,7 +417,7 @@ impl Controller {
                 .max(self.level * GROWTH),
             Phase::Steady => self.level * GROWTH,
         };
-        // A step larger than the probe's: a spike right after it cuts.
+        // A step larger than the probe's: a spike right after it undoes it.
         let multiplied = level > self.level * GROWTH * 1.000_001;
         // Two multiplications back to back: a spike after the second may
         // be the first's doing (the real apiserver answers a step 3–5 s
