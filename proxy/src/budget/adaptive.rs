@@ -53,6 +53,10 @@ pub const TAIL_BUDGET: f64 = 0.01;
 /// Growth needs the tail's budget spent slower than this share of the rate
 /// it allows, over the last [`super::signal::BURN_WINDOW`].
 pub const GROW_BURN: f64 = 0.8;
+/// A spike over the set point cuts once the tail's budget is spent faster
+/// than this share of the rate it allows: under 1, as the set point is
+/// under the target, for the same reason (the burn is read after the fact).
+pub const CUT_BURN: f64 = 0.9;
 /// The smallest and largest cut.
 const CUT_RANGE: (f64, f64) = (0.5, 0.9);
 /// How far over the target a 429/5xx from the apiserver counts.
@@ -324,10 +328,10 @@ impl Controller {
                 // Not ours to fix: nothing heavy was running.
                 return Action::HoldIdle;
             }
-            // Within the budget, and not spending it faster than it allows.
+            // Within the budget, and spending it slower than it allows.
             let spike = o.upstream_errors == 0
                 && spent.is_some_and(|s| s <= 1.0)
-                && burn.is_some_and(|b| b <= 1.0);
+                && burn.is_some_and(|b| b <= CUT_BURN);
             // Just after a slow-start or recovery multiplication a spike is
             // the likeliest onset of what the step let in: the step is
             // undone (an overload that goes on overspends the budget within
@@ -371,8 +375,12 @@ impl Controller {
         // request (it runs alone): the next step up is one request at a
         // time. (A tenth under it is near enough: predictions drift.)
         let one_request = self.level < 0.9 * self.waiting.min(hi);
-        // A cold start to one request has nothing to watch yet.
-        if !(one_request && self.phase == Phase::SlowStart) {
+        // A cold start to one request has nothing to watch yet. After a
+        // cut it has: back to one request on evidence, as any increase (on
+        // the simulator, each LIST's pause at one request at a time cut
+        // the level, and an increase without evidence put it back two
+        // seconds later, so the cut never slowed the LISTs).
+        if !(one_request && self.phase == Phase::SlowStart && self.decreases == 0) {
             let near_edge = self.edge > 0.0
                 && self.level >= self.edge * RECOVERY
                 && self.level < self.edge * SLOW_START_GROWTH;

@@ -134,8 +134,10 @@ fn a_spike_cuts_only_while_the_budget_is_spent_faster_than_it_allows() {
     };
     // 3 of the last 400 slow (0.75%): a pause the budget absorbs.
     assert_eq!(c.step(&spike(3), t0 + ms(3000)), Action::HoldSpike);
-    // 5 of 400 (1.25%): spent faster than it allows; cut.
-    assert_eq!(c.step(&spike(5), t0 + ms(3500)), Action::Decrease);
+    // 4 of 400 (1%): the whole budget's rate, over CUT_BURN of it; cut
+    // (at one LIST at a time on the simulator, each LIST's pause held the
+    // burn right at 1 and the run's p99 at the target, a hair either side).
+    assert_eq!(c.step(&spike(4), t0 + ms(3500)), Action::Decrease);
 }
 
 #[test]

@@ -376,7 +376,7 @@ fn slow_start_begins_at_one_waiting_request_and_grows_only_on_evidence() {
 }
 
 #[test]
-fn a_first_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() {
+fn a_first_cut_at_one_request_keeps_slow_start_and_the_way_back_needs_evidence() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
     let waiting = |p99, used| Observation {
@@ -393,18 +393,21 @@ fn a_first_cut_at_one_request_keeps_slow_start_and_a_later_one_needs_evidence() 
     );
     assert_eq!(c.level(), 38.0 * MB);
     assert_eq!(c.phase(), Phase::SlowStart);
+    // Healthy again: back to one request at a time, but on evidence as
+    // any increase after a cut (a request completed, 4 s healthy).
     assert_eq!(
         c.step(&waiting(10, 0.0), t0 + ms(4000)),
-        Action::Increase,
-        "healthy again: one request at a time at once"
+        Action::HoldEvidence
     );
+    c.note_completion(t0 + ms(4200));
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(5000)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB);
-    c.note_completion(t0 + ms(4500));
-    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(8000)), Action::Increase);
+    c.note_completion(t0 + ms(5500));
+    assert_eq!(c.step(&waiting(10, 0.0), t0 + ms(9000)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB * SLOW_START_GROWTH);
     // A cut above one request ends slow start…
     assert_eq!(
-        c.step(&waiting(200, 90.0 * MB), t0 + ms(8500)),
+        c.step(&waiting(200, 90.0 * MB), t0 + ms(9500)),
         Action::Decrease
     );
     assert_eq!(c.phase(), Phase::Steady);
