@@ -628,3 +628,30 @@ fn the_band_at_one_request_at_a_time_keeps_slow_start() {
         "that request is heavy, no edge"
     );
 }
+
+#[test]
+fn slow_start_doubles_while_the_heartbeats_do_not_feel_the_heavy_lane() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let at = |p99| Observation {
+        waiting: 76.0 * MB,
+        ..obs(Some(p99), 0.0, 0, false)
+    };
+    assert_eq!(c.step(&at(4), t0 + ms(500)), Action::Increase);
+    assert_eq!(c.level(), 76.0 * MB);
+    // 4 ms against a 35 ms set point (under a quarter of it): ×2.
+    c.note_completion(t0 + ms(1000));
+    assert_eq!(c.step(&at(4), t0 + ms(4600)), Action::Increase);
+    assert_eq!(c.level(), 2.0 * 76.0 * MB);
+    // 10 ms (over a quarter): the careful ×1.3.
+    c.note_completion(t0 + ms(5000));
+    assert_eq!(c.step(&at(10), t0 + ms(8700)), Action::Increase);
+    assert!((c.level() - 2.0 * 76.0 * MB * SLOW_START_GROWTH).abs() < 1.0);
+    // A spike right after the two back-to-back multiplications undoes both.
+    let spike = Observation {
+        tail: tail(3),
+        ..obs(Some(60), 150.0 * MB, 2, true)
+    };
+    assert_eq!(c.step(&spike, t0 + ms(9200)), Action::Decrease);
+    assert_eq!(c.level(), 76.0 * MB);
+}
