@@ -45,6 +45,10 @@
 #   ROUNDS=3         interleaved rounds
 #   DURATION=8       seconds per small-GET run
 #   LAT_DURATION=10  seconds per latency run
+#   LAT_ROUNDS=1     interleaved rounds of the latency phase (direct, then each proxy, h1 and h2);
+#                    with more than one, a proxy's p99 is the median of its rounds and its added p99
+#                    the median of (its p99 - that round's direct p99): one 10 s run holds too few of
+#                    the bursts that set a p99 to rank the proxies
 #   OFFERED=20000    offered rate (GETs/s) of the saturating runs
 #   INFLIGHT=16      outstanding requests (and HTTP/1.1 connections) of the saturating runs
 #   LAT_CONNS=64     HTTP/1.1 connections of the latency runs (HTTP/2: one connection)
@@ -75,6 +79,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8}
 LAT_DURATION=${LAT_DURATION:-10}
+LAT_ROUNDS=${LAT_ROUNDS:-1}
 OFFERED=${OFFERED:-20000}
 INFLIGHT=${INFLIGHT:-16}
 LAT_CONNS=${LAT_CONNS:-64}
@@ -89,6 +94,7 @@ nginx/gets | kube/gets | kube/patches) ;;
 *) echo "tls-bench: UPSTREAM_KIND=$UPSTREAM_KIND OP=$OP: use nginx (GETs) or kube (gets or patches)" >&2; exit 64 ;;
 esac
 [[ $UPSTREAM_KIND == nginx ]] || RESULTS=-
+PROXIES_SET=${PROXIES:-}
 read -r -a PROXIES <<<"${PROXIES:-tollgate-dryRun tollgate-off tollgate-enforce minproxy nginx haproxy}"
 PIN=${PIN:-}
 PIN_REST=${PIN_REST:-}
@@ -539,25 +545,51 @@ for p in "${PROXIES[@]}"; do
 done
 LAT_RATE=$((SLOWEST_RATE / 2))
 ((LAT_RATE > 0)) || die "no maximum rate measured"
-declare -A P99
-# One open-loop run at LAT_RATE over h1|h2 against URL: sets P99[NAME.h1|h2].
+declare -A P99 P99R ADDED ADDEDR
+LAT_ROUND=1
+# One open-loop run at LAT_RATE over h1|h2 against URL: sets P99[NAME.h1|h2] and, for the round
+# LAT_ROUND, P99R[NAME.h1|h2.ROUND].
 latency() { # latency NAME URL h1|h2
-    local err
-    loadgen_run "$2" "$3" "$LAT_RATE" "$LAT_DURATION" 1000 "$LAT_CONNS" "$TMP/lat.$1.$3" "$WARMUP"
+    local err out=$TMP/lat.$1.$3.$LAT_ROUND
+    loadgen_run "$2" "$3" "$LAT_RATE" "$LAT_DURATION" 1000 "$LAT_CONNS" "$out" "$WARMUP"
     read -r _ _ err _ _ "P99[$1.$3]" <<<"$LG"
-    ((err == 0)) || die "$1 ($3): $err GETs failed in the latency run; see $TMP/lat.$1.$3.log"
-    log "latency $1 $3 at $LAT_RATE/s: p99 ${P99[$1.$3]} ms"
+    ((err == 0)) || die "$1 ($3): $err GETs failed in the latency run; see $out.log"
+    P99R[$1.$3.$LAT_ROUND]=${P99[$1.$3]}
+    log "latency $1 $3 at $LAT_RATE/s (round $LAT_ROUND): p99 ${P99[$1.$3]} ms"
 }
+# The median of the numbers in $1 (space-separated).
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # The upstream's own p99 at that rate, through no proxy: what "added" is measured from. The
 # upstream requires the front-proxy certificate, so this client presents it.
 LOADGEN_TLS_USER=("${LOADGEN_TLS[@]}")
 LOADGEN_TLS=(--certificate-authority "$PKI/serving-ca.crt" --client-certificate "$PKI/front-proxy.crt"
     --client-key "$PKI/front-proxy.key")
-for w in h1 h2; do latency direct "$UPSTREAM" "$w"; done
-LOADGEN_TLS=("${LOADGEN_TLS_USER[@]}")
-for p in "${PROXIES[@]}"; do
-    for w in h1 h2; do latency "$p" "${URL[$p]}" "$w"; done
+LOADGEN_TLS_DIRECT=("${LOADGEN_TLS[@]}")
+for LAT_ROUND in $(seq "$LAT_ROUNDS"); do
+    LOADGEN_TLS=("${LOADGEN_TLS_DIRECT[@]}")
+    for w in h1 h2; do latency direct "$UPSTREAM" "$w"; done
+    LOADGEN_TLS=("${LOADGEN_TLS_USER[@]}")
+    for p in "${PROXIES[@]}"; do
+        for w in h1 h2; do
+            latency "$p" "${URL[$p]}" "$w"
+            ADDEDR[$p.$w.$LAT_ROUND]=$(awk -v a="${P99[$p.$w]}" -v b="${P99R[direct.$w.$LAT_ROUND]}" 'BEGIN {printf "%.2f", a - b}')
+        done
+    done
 done
+# Over the rounds: the median p99, the median added p99, and each round's added p99.
+for p in direct "${PROXIES[@]}"; do
+    for w in h1 h2; do
+        all="" added_all=""
+        for r in $(seq "$LAT_ROUNDS"); do
+            all="$all ${P99R[$p.$w.$r]}"
+            added_all="$added_all ${ADDEDR[$p.$w.$r]:-}"
+        done
+        P99[$p.$w]=$(median "$all")
+        ADDEDR[$p.$w]=${added_all# }
+        [[ $p == direct ]] || ADDED[$p.$w]=$(median "$added_all")
+    done
+done
+LAT_ROUND=scraped
 # tollgate-dryRun again while its /debug/patterns is scraped every 100 ms: the scrape must not
 # stall requests. The scraper is one curl process on one kept-alive connection (--rate), so its
 # own CPU is small and steady; as a control, minproxy's latency run again with the same scraper
@@ -637,7 +669,7 @@ TABLE="| proxy | CPU per small GET, h1 | h2 | max GETs/s h1 / h2 (per round) | C
 |---|---|---|---|---|---|---|---|"
 for p in "${PROXIES[@]}"; do
     TABLE="$TABLE
-| $p | $(us_per_req "$p" h1) µs | $(us_per_req "$p" h2) µs | ${MAXRATE[$p.h1]# } / ${MAXRATE[$p.h2]# } | $(s_per_gb "$p") s | $(mib "${HWM[$p]}") MiB | ${P99[$p.h1]} / ${P99[$p.h2]} ms | $(added "${P99[$p.h1]}" "${P99[direct.h1]}") / $(added "${P99[$p.h2]}" "${P99[direct.h2]}") ms |"
+| $p | $(us_per_req "$p" h1) µs | $(us_per_req "$p" h2) µs | ${MAXRATE[$p.h1]# } / ${MAXRATE[$p.h2]# } | $(s_per_gb "$p") s | $(mib "${HWM[$p]}") MiB | ${P99[$p.h1]} / ${P99[$p.h2]} ms | ${ADDED[$p.h1]} / ${ADDED[$p.h2]} ms |"
 done
 TABLE="$TABLE
 | (direct to the upstream) | | | | | | ${P99[direct.h1]} / ${P99[direct.h2]} ms | |"
@@ -678,8 +710,15 @@ if has "$T0"; then
         line "- $T0 / minproxy per GB: **$x×** (target ≤ $GB_TARGET×: $(verdict "$x" "$GB_TARGET")); per round: $(round_ratios big "$T0" minproxy)."
     fi
     for w in h1 h2; do
-        x=$(added "${P99[$T0.$w]}" "${P99[direct.$w]}")
-        line "- $w: $T0's added p99 at $LAT_RATE/s: **$x ms** (target < $P99_TARGET_MS ms: $(lt_verdict "$x" "$P99_TARGET_MS"))."
+        x=${ADDED[$T0.$w]}
+        rounds_note=""
+        if ((LAT_ROUNDS > 1)); then
+            rounds_note="; per round: ${ADDEDR[$T0.$w]}"
+            for peer in minproxy haproxy nginx; do
+                has "$peer" && rounds_note="$rounds_note; $peer's median ${ADDED[$peer.$w]} ms (${ADDEDR[$peer.$w]})"
+            done
+        fi
+        line "- $w: $T0's added p99 at $LAT_RATE/s: **$x ms** (target < $P99_TARGET_MS ms: $(lt_verdict "$x" "$P99_TARGET_MS"))$rounds_note."
         if has minproxy; then
             line "- $w: with /debug/patterns scraped every 100 ms: $T0's p99 ${P99[scraped.$w]} ms (${P99[$T0.$w]} without, $(added "${P99[scraped.$w]}" "${P99[$T0.$w]}") ms); the control, minproxy with the same scraper running: ${P99[scraped-minproxy.$w]} ms (${P99[minproxy.$w]} without, $(added "${P99[scraped-minproxy.$w]}" "${P99[minproxy.$w]}") ms)."
         else
@@ -704,7 +743,7 @@ CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 SECTION=$(cat <<EOF
 ## tollgate in the deployed shape (issue 21)
 
-\`${PROFILE:+PROFILE=1 }ROUNDS=$ROUNDS DURATION=$DURATION LAT_DURATION=$LAT_DURATION bash bench/scripts/tls-bench.sh\`
+\`${PROXIES_SET:+PROXIES=\"$PROXIES_SET\" }${PROFILE:+PROFILE=1 }ROUNDS=$ROUNDS DURATION=$DURATION LAT_DURATION=$LAT_DURATION LAT_ROUNDS=$LAT_ROUNDS bash bench/scripts/tls-bench.sh\`
 (OFFERED=$OFFERED/s, INFLIGHT=$INFLIGHT, BIG_CONNS=$BIG_CONNS, BIG_GETS=$BIG_GETS${PIN:+, PIN=$PIN}${PIN_REST:+, PIN_REST=$PIN_REST}), release
 builds, run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($CPU_MODEL): load average $LOAD_BEFORE
 before, $LOAD_AFTER after. $("$NGINX" -v 2>&1 | sed 's/.*: //'), HAProxy $("$HAPROXY" -v | awk 'NR == 1 {print $3}').
@@ -725,7 +764,7 @@ the maximum here; 200 MB LISTs with curl (HTTP/1.1), $BIG_CONNS × $BIG_GETS per
 utime+stime of the proxy process (/proc/PID/stat) over all rounds, per GET completed or per GB
 (10^9 B) received. p99: loadgen open loop at $LAT_RATE/s (half the slowest maximum, $SLOWEST),
 ${LAT_DURATION}s per run after ${WARMUP}s at half that rate (connections opened; left out), latency from
-intended start; "added" is against the upstream directly.
+intended start; "added" is against the upstream directly$( ((LAT_ROUNDS > 1)) && echo " in the same round; over $LAT_ROUNDS interleaved rounds, each p99 is the median of the rounds' and each added p99 the median of the rounds' differences").
 
 $TABLE
 
