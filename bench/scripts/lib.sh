@@ -101,6 +101,9 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 hwm_kb() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
 mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+# The median of the numbers on stdin (whitespace-separated; the mean of the middle two for an
+# even count), with three decimals.
+median() { tr -s ' \t' '\n\n' | grep . | sort -g | awk '{v[NR] = $1} END {printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # nginx as a plain reverse proxy to 127.0.0.1:UPSTREAM_PORT, the peer of the proxy benchmarks:
 # one worker, proxy_buffering off, 64 KB buffers, upstream keepalive.
 nginx_proxy_conf() { # nginx_proxy_conf DIR PORT UPSTREAM_PORT

@@ -150,8 +150,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Per target: the rounds' p99 values, their median, and the median p50.
 median_field() { # median_field TARGET FIELD
-    echo "${P99S[$1]}" | tr ' ' '\n' | awk -F: -v f="$2" 'NF {print $f}' | sort -g \
-        | awk '{v[NR] = $1} END {printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+    echo "${P99S[$1]}" | tr ' ' '\n' | awk -F: -v f="$2" 'NF {print $f}' | median
 }
 rounds_p99() { echo "${P99S[$1]}" | tr ' ' '\n' | awk -F: 'NF {printf "%s%s", sep, $1; sep = " "}'; }
 declare -A MED ADD

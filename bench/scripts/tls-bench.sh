@@ -545,7 +545,7 @@ for p in "${PROXIES[@]}"; do
 done
 LAT_RATE=$((SLOWEST_RATE / 2))
 ((LAT_RATE > 0)) || die "no maximum rate measured"
-declare -A P99 P99R ADDED ADDEDR
+declare -A P99 P99R ADDED ADDEDR ADDED_ROUNDS
 LAT_ROUND=1
 # One open-loop run at LAT_RATE over h1|h2 against URL: sets P99[NAME.h1|h2] and, for the round
 # LAT_ROUND, P99R[NAME.h1|h2.ROUND].
@@ -557,8 +557,6 @@ latency() { # latency NAME URL h1|h2
     P99R[$1.$3.$LAT_ROUND]=${P99[$1.$3]}
     log "latency $1 $3 at $LAT_RATE/s (round $LAT_ROUND): p99 ${P99[$1.$3]} ms"
 }
-# The median of the numbers in $1 (space-separated).
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 # The upstream's own p99 at that rate, through no proxy: what "added" is measured from. The
 # upstream requires the front-proxy certificate, so this client presents it.
 LOADGEN_TLS_USER=("${LOADGEN_TLS[@]}")
@@ -576,7 +574,7 @@ for LAT_ROUND in $(seq "$LAT_ROUNDS"); do
         done
     done
 done
-# Over the rounds: the median p99, the median added p99, and each round's added p99.
+# Over the rounds: the median p99, the median added p99, and the rounds' added p99s in a list.
 for p in direct "${PROXIES[@]}"; do
     for w in h1 h2; do
         all="" added_all=""
@@ -584,9 +582,9 @@ for p in direct "${PROXIES[@]}"; do
             all="$all ${P99R[$p.$w.$r]}"
             added_all="$added_all ${ADDEDR[$p.$w.$r]:-}"
         done
-        P99[$p.$w]=$(median "$all")
-        ADDEDR[$p.$w]=${added_all# }
-        [[ $p == direct ]] || ADDED[$p.$w]=$(median "$added_all")
+        P99[$p.$w]=$(median <<<"$all")
+        ADDED_ROUNDS[$p.$w]=${added_all# }
+        [[ $p == direct ]] || ADDED[$p.$w]=$(median <<<"$added_all")
     done
 done
 LAT_ROUND=scraped
@@ -713,9 +711,9 @@ if has "$T0"; then
         x=${ADDED[$T0.$w]}
         rounds_note=""
         if ((LAT_ROUNDS > 1)); then
-            rounds_note="; per round: ${ADDEDR[$T0.$w]}"
+            rounds_note="; per round: ${ADDED_ROUNDS[$T0.$w]}"
             for peer in minproxy haproxy nginx; do
-                has "$peer" && rounds_note="$rounds_note; $peer's median ${ADDED[$peer.$w]} ms (${ADDEDR[$peer.$w]})"
+                has "$peer" && rounds_note="$rounds_note; $peer's median ${ADDED[$peer.$w]} ms (${ADDED_ROUNDS[$peer.$w]})"
             done
         fi
         line "- $w: $T0's added p99 at $LAT_RATE/s: **$x ms** (target < $P99_TARGET_MS ms: $(lt_verdict "$x" "$P99_TARGET_MS"))$rounds_note."
