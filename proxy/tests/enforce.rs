@@ -158,8 +158,8 @@ async fn setup(configure: impl FnOnce(&mut tollgate::Config)) -> Setup {
     // test is about fair queuing from a fixed pool; the adaptive budget's
     // cold start has tests of its own.)
     c.quota.mode = tollgate::budget::settings::QuotaMode::Static;
-    c.quota.bytes_per_second = 8e6;
-    c.quota.burst_bytes = 8e6;
+    c.quota.bytes_per_second = Some(8e6);
+    c.quota.burst_bytes = Some(8e6);
     c.quota.max_wait_seconds = 10.0;
     c.quota.queue.per_flow_depth = 4;
     c.quota.per_client.requests_per_second = 20.0;

@@ -83,7 +83,7 @@ async fn a_reload_keeps_connections_and_the_pools_debt() {
     // A new rate: taken at once, the debt kept.
     std::fs::write(&path, file(&up.url, "enforce", "2000")).unwrap();
     tg.gateway.reload_from(Config::load(&flags));
-    assert_eq!(tg.gateway.config().quota.bytes_per_second, 2000.0);
+    assert_eq!(tg.gateway.config().quota.bytes_per_second, Some(2000.0));
     let m = tg.gateway.encode_metrics().unwrap();
     assert!(metric(&m, "tollgate_quota_available_bytes") < -7e6, "{m}");
     assert_eq!(metric(&m, "tollgate_quota_rate_bytes_per_second"), 2000.0);
@@ -96,7 +96,7 @@ async fn a_reload_keeps_connections_and_the_pools_debt() {
     )
     .unwrap();
     tg.gateway.reload_from(Config::load(&flags));
-    assert_eq!(tg.gateway.config().quota.burst_bytes, 1e6);
+    assert_eq!(tg.gateway.config().quota.burst_bytes, Some(1e6));
     let m = tg.gateway.encode_metrics().unwrap();
     assert!(
         m.contains("tollgate_config_reloads_total{result=\"error\"} 1"),

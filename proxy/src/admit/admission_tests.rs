@@ -3,8 +3,8 @@ use crate::config::Config;
 
 fn config(rate: f64, burst: f64, max_wait: f64) -> Config {
     let mut c = Config::default();
-    c.quota.bytes_per_second = rate;
-    c.quota.burst_bytes = burst;
+    c.quota.bytes_per_second = Some(rate);
+    c.quota.burst_bytes = Some(burst);
     c.quota.max_wait_seconds = max_wait;
     c.quota.per_client.requests_per_second = 0.0;
     c.relist_guard.enabled = false;

@@ -20,19 +20,32 @@ use tokio::time::Instant;
 
 use super::adaptive::{Action, Controller, ControllerView, Observation};
 use super::inflight::InflightBudget;
-use super::settings::{Adaptive, QuotaMode};
+use super::settings::{Adaptive, Bounds, QuotaMode};
 use super::signal::{Signal, SignalView, Tail};
 
 /// The adaptive pool's burst, in seconds of its rate.
 pub const BURST: Duration = Duration::from_secs(1);
 
-/// The static values the budget is bounded by (after cluster-size
-/// scaling): `quota.bytesPerSecond`, `quota.burstBytes`, `quota.inflightBytes`.
+/// The static values (after cluster-size scaling): `quota.bytesPerSecond`,
+/// `quota.burstBytes`, `quota.inflightBytes`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ceilings {
+    /// Static mode's budget: the values set, or their defaults.
     pub rate: f64,
     pub burst: f64,
     pub inflight: f64,
+    /// The values set (in the file, by a flag, or by scaling): only these
+    /// cap the adaptive budget.
+    pub set_rate: Option<f64>,
+    pub set_burst: Option<f64>,
+    pub set_inflight: Option<f64>,
+}
+
+impl Ceilings {
+    /// The adaptive budget's bounds under the values set.
+    fn bounds(&self, adaptive: &Adaptive) -> Bounds {
+        adaptive.bounds(self.set_rate, self.set_inflight)
+    }
 }
 
 /// What the pool and the in-flight budget are set to.
@@ -106,8 +119,7 @@ pub struct TailView {
 
 impl HeavyBudget {
     pub fn new(mode: QuotaMode, adaptive: Adaptive, ceilings: Ceilings, now: Instant) -> Self {
-        let bounds = adaptive.bounds(ceilings.rate, ceilings.inflight);
-        let controller = Controller::new(bounds, now);
+        let controller = Controller::new(ceilings.bounds(&adaptive), now);
         let mut b = HeavyBudget {
             mode,
             adaptive,
@@ -134,8 +146,7 @@ impl HeavyBudget {
         self.mode = mode;
         self.adaptive = adaptive.clone();
         self.ceilings = ceilings;
-        self.controller
-            .set_bounds(adaptive.bounds(ceilings.rate, ceilings.inflight));
+        self.controller.set_bounds(ceilings.bounds(adaptive));
         let inflight = self.limits().inflight;
         self.inflight.set_budget(inflight);
     }
@@ -159,7 +170,8 @@ impl HeavyBudget {
                 let rate = self.controller.rate();
                 Limits {
                     rate,
-                    burst: (rate * BURST.as_secs_f64()).min(self.ceilings.burst),
+                    burst: (rate * BURST.as_secs_f64())
+                        .min(self.ceilings.set_burst.unwrap_or(f64::INFINITY)),
                     inflight: self.controller.inflight(),
                 }
             }
@@ -173,9 +185,7 @@ impl HeavyBudget {
     pub fn apply_guard(&mut self, factor: f64) {
         let mut inflight = self.limits().inflight * factor;
         if self.mode == QuotaMode::Adaptive {
-            let b = self
-                .adaptive
-                .bounds(self.ceilings.rate, self.ceilings.inflight);
+            let b = self.ceilings.bounds(&self.adaptive);
             inflight = inflight.max(b.min_inflight);
         }
         self.inflight.set_budget(inflight);
@@ -340,14 +350,19 @@ impl HeavyBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::settings::{ADAPTIVE_MAX_BYTES_PER_SECOND, ADAPTIVE_MAX_INFLIGHT_BYTES};
 
     const MB: f64 = 1_000_000.0;
 
+    /// Static values set in the file.
     fn ceilings() -> Ceilings {
         Ceilings {
             rate: 100.0 * MB,
             burst: 400.0 * MB,
             inflight: 1000.0 * MB,
+            set_rate: Some(100.0 * MB),
+            set_burst: Some(400.0 * MB),
+            set_inflight: Some(1000.0 * MB),
         }
     }
 
@@ -369,6 +384,36 @@ mod tests {
         );
         assert_eq!(b.step(t0 + ms(500)).0, None);
         assert_eq!(b.inflight().budget(), 1000.0 * MB);
+    }
+
+    #[test]
+    fn static_values_cap_the_adaptive_budget_only_when_set() {
+        let t0 = Instant::now();
+        let mut b = HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
+        let top = |b: &HeavyBudget| {
+            let bounds = b.ceilings.bounds(&b.adaptive);
+            (bounds.max_rate, bounds.max_inflight)
+        };
+        assert_eq!(
+            top(&b),
+            (100.0 * MB, 1000.0 * MB),
+            "set: the static values are hard"
+        );
+        let defaults = Ceilings {
+            set_rate: None,
+            set_burst: None,
+            set_inflight: None,
+            ..ceilings()
+        };
+        b.set_settings(QuotaMode::Adaptive, &Adaptive::default(), defaults);
+        assert_eq!(
+            top(&b),
+            (ADAPTIVE_MAX_BYTES_PER_SECOND, ADAPTIVE_MAX_INFLIGHT_BYTES),
+            "not set: the adaptive maxima"
+        );
+
+        b.set_settings(QuotaMode::Static, &Adaptive::default(), defaults);
+        assert_eq!(b.limits().rate, 100.0 * MB, "static mode: the values");
     }
 
     #[test]

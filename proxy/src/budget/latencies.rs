@@ -114,6 +114,9 @@ mod tests {
             rate: 1e6,
             burst: 1e6,
             inflight: 1e6,
+            set_rate: Some(1e6),
+            set_burst: Some(1e6),
+            set_inflight: Some(1e6),
         };
         HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings, now)
     }

@@ -4,15 +4,24 @@
 //! ```yaml
 //! quota:
 //!   mode: adaptive          # or static: bytesPerSecond and inflightBytes as given
-//!   bytesPerSecond: 268435456   # static rate; in adaptive mode a hard ceiling
-//!   inflightBytes: 1073741824   # static in-flight budget; in adaptive mode a ceiling
+//!   bytesPerSecond: 268435456   # static rate; in adaptive mode a hard ceiling if set
+//!   inflightBytes: 1073741824   # static in-flight budget; likewise
 //!   adaptive:
 //!     target: auto          # p99 ≤ max(baselineFactor × baseline, floor); or "200ms"
 //!     baselineFactor: 2
 //!     floor: 50ms
 //!     minBytesPerSecond: 1048576
 //!     minInflightBytes: 8388608
+//!     maxBytesPerSecond: 4294967296   # default: bytesPerSecond if set, else 4 GiB/s
+//!     maxInflightBytes: 17179869184   # default: inflightBytes if set, else 16 GiB
 //! ```
+//!
+//! The static pool's defaults are a guess at a cluster tollgate has never
+//! seen; they do not bound the adaptive budget, which finds the
+//! apiserver's own limit (on an apiserver that served 240 LISTs of all
+//! pods a minute within the target, the static defaults held the adaptive
+//! budget to 211). A static value set in the file or by a flag is the
+//! operator's, and stays a hard ceiling.
 
 use std::time::Duration;
 
@@ -23,6 +32,19 @@ use crate::enforce::settings::{positive, Invalid};
 /// `quota.inflightBytes`'s default: 1 GiB, what the pool's default burst
 /// lets through at once.
 pub const DEFAULT_INFLIGHT_BYTES: f64 = 1_073_741_824.0;
+/// `quota.bytesPerSecond`'s default: 256 MiB/s.
+pub const DEFAULT_BYTES_PER_SECOND: f64 = 268_435_456.0;
+/// `quota.burstBytes`'s default: 1 GiB (a full LIST of 150,000 pods fits).
+pub const DEFAULT_BURST_BYTES: f64 = 1_073_741_824.0;
+/// The adaptive rate's ceiling when neither `maxBytesPerSecond` nor
+/// `quota.bytesPerSecond` is set: 4 GiB/s, sixteen times the static
+/// default. Only a runaway guard: the level grows only while heavy
+/// requests wait and the protected lanes are healthy.
+pub const ADAPTIVE_MAX_BYTES_PER_SECOND: f64 = 4_294_967_296.0;
+/// The adaptive in-flight ceiling likewise: 16 GiB, one turnover of that rate.
+pub const ADAPTIVE_MAX_INFLIGHT_BYTES: f64 = 17_179_869_184.0;
+const _: () = assert!(ADAPTIVE_MAX_BYTES_PER_SECOND > DEFAULT_BYTES_PER_SECOND);
+const _: () = assert!(ADAPTIVE_MAX_INFLIGHT_BYTES > DEFAULT_INFLIGHT_BYTES);
 
 /// How the heavy lane's budget is set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -72,14 +94,16 @@ pub struct Adaptive {
     /// The rate never goes below this, bytes/s (never starve). Default
     /// `1048576` (1 MiB/s).
     pub min_bytes_per_second: f64,
-    /// The rate never goes above this, bytes/s. Default: `quota.bytesPerSecond`
-    /// (which caps it anyway).
+    /// The rate never goes above this, bytes/s. Default:
+    /// `quota.bytesPerSecond` if set (which caps it anyway), else
+    /// `4294967296` (4 GiB/s).
     pub max_bytes_per_second: Option<f64>,
     /// The in-flight budget never goes below this, bytes. A larger request
     /// still runs, alone. Default `8388608` (8 MiB).
     pub min_inflight_bytes: f64,
     /// The in-flight budget never goes above this, bytes. Default:
-    /// `quota.inflightBytes` (which caps it anyway).
+    /// `quota.inflightBytes` if set (which caps it anyway), else
+    /// `17179869184` (16 GiB).
     pub max_inflight_bytes: Option<f64>,
     /// Seconds between controller steps. Default `0.5`.
     pub interval_seconds: f64,
@@ -121,15 +145,27 @@ impl Adaptive {
     }
 
     /// The bounds under the static `ceiling_rate` (`quota.bytesPerSecond`,
-    /// scaled) and `ceiling_inflight` (`quota.inflightBytes`): a ceiling
-    /// below a minimum wins (the static values are hard).
-    pub fn bounds(&self, ceiling_rate: f64, ceiling_inflight: f64) -> Bounds {
-        let max_rate = self
-            .max_bytes_per_second
-            .map_or(ceiling_rate, |m| m.min(ceiling_rate));
-        let max_inflight = self
-            .max_inflight_bytes
-            .map_or(ceiling_inflight, |m| m.min(ceiling_inflight));
+    /// scaled) and `ceiling_inflight` (`quota.inflightBytes`), where those
+    /// were set (`None`: not set): a ceiling below a minimum wins (the
+    /// static values are hard).
+    pub fn bounds(&self, ceiling_rate: Option<f64>, ceiling_inflight: Option<f64>) -> Bounds {
+        fn max(own: Option<f64>, ceiling: Option<f64>, default: f64) -> f64 {
+            match (own, ceiling) {
+                (Some(m), Some(c)) => m.min(c),
+                (None, Some(c)) => c,
+                (m, None) => m.unwrap_or(default),
+            }
+        }
+        let max_rate = max(
+            self.max_bytes_per_second,
+            ceiling_rate,
+            ADAPTIVE_MAX_BYTES_PER_SECOND,
+        );
+        let max_inflight = max(
+            self.max_inflight_bytes,
+            ceiling_inflight,
+            ADAPTIVE_MAX_INFLIGHT_BYTES,
+        );
         Bounds {
             min_rate: self.min_bytes_per_second.min(max_rate),
             max_rate,
@@ -275,7 +311,7 @@ mod tests {
         );
         assert_eq!(a.floor, ms(100));
         assert_eq!(
-            a.bounds(8_000_000.0, 1e9),
+            a.bounds(Some(8_000_000.0), Some(1e9)),
             Bounds {
                 min_rate: 5e6,
                 max_rate: 8e6,
@@ -285,7 +321,7 @@ mod tests {
             "the static rate is a hard ceiling"
         );
         assert_eq!(
-            a.bounds(1e6, 500.0),
+            a.bounds(Some(1e6), Some(500.0)),
             Bounds {
                 min_rate: 1e6,
                 max_rate: 1e6,
@@ -294,8 +330,24 @@ mod tests {
             },
             "a ceiling under a minimum wins"
         );
-        let d = Adaptive::default().bounds(3e8, 2e9);
+        assert_eq!(
+            a.bounds(None, None),
+            Bounds {
+                min_rate: 5e6,
+                max_rate: 9e6,
+                min_inflight: 1000.0,
+                max_inflight: 2000.0
+            },
+            "no static value set: the adaptive maxima"
+        );
+        let d = Adaptive::default().bounds(Some(3e8), Some(2e9));
         assert_eq!((d.max_rate, d.max_inflight), (3e8, 2e9));
+        let d = Adaptive::default().bounds(None, None);
+        assert_eq!(
+            (d.max_rate, d.max_inflight),
+            (ADAPTIVE_MAX_BYTES_PER_SECOND, ADAPTIVE_MAX_INFLIGHT_BYTES),
+            "nothing set: the static defaults do not cap the adaptive budget"
+        );
     }
 
     #[test]

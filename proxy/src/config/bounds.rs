@@ -226,9 +226,9 @@ impl Config {
                 "lanes.maxInflight.self",
                 CountOrZero(count(l.max_inflight.self_)),
             ),
-            ("quota.inflightBytes", Bytes(q.inflight_bytes)),
-            ("quota.bytesPerSecond", Bytes(q.bytes_per_second)),
-            ("quota.burstBytes", Bytes(q.burst_bytes)),
+            ("quota.inflightBytes", Bytes(q.inflight_bytes())),
+            ("quota.bytesPerSecond", Bytes(q.bytes_per_second())),
+            ("quota.burstBytes", Bytes(q.burst_bytes())),
             ("quota.etcdReadWeight", Factor(q.etcd_read_weight)),
             (
                 "quota.global.etcdBytesPerSecond",

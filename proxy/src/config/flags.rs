@@ -69,13 +69,13 @@ pub struct Flags {
     /// Decision mode: off = decide nothing; dryRun = decide and count, delay and reject nothing; enforce = queue and reject (429) [default: dryRun]
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
-    /// Heavy-lane budget: static = the pool and in-flight budget as configured; adaptive = steered by the protected lanes' latency, the configured values as ceilings (quota.mode) [default: adaptive]
+    /// Heavy-lane budget: static = the pool and in-flight budget as configured; adaptive = steered by the protected lanes' latency, the static values as ceilings where set (quota.mode) [default: adaptive]
     #[arg(long, value_enum, value_name = "MODE")]
     pub quota_mode: Option<QuotaMode>,
-    /// Refill rate of the byte-cost quota pool, bytes per second; in adaptive mode its ceiling (quota.bytesPerSecond) [default: 268435456]
+    /// Refill rate of the byte-cost quota pool, bytes per second; in adaptive mode, when set, its ceiling (quota.bytesPerSecond) [default: 268435456; adaptive: no ceiling but quota.adaptive.maxBytesPerSecond, 4 GiB/s]
     #[arg(long, value_name = "BYTES")]
     pub quota_bytes_per_second: Option<f64>,
-    /// Most bytes the quota pool holds (quota.burstBytes) [default: 1073741824]
+    /// Most bytes the quota pool holds; in adaptive mode, when set, its ceiling (quota.burstBytes) [default: 1073741824; adaptive: one second of the rate]
     #[arg(long, value_name = "BYTES")]
     pub quota_burst_bytes: Option<f64>,
     /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
@@ -136,11 +136,11 @@ impl Config {
         set_opt(&mut self.admin_listen, &flags.admin_listen);
         set(&mut self.mode, &flags.mode);
         set(&mut self.quota.mode, &flags.quota_mode);
-        set_f64(
+        set_opt(
             &mut self.quota.bytes_per_second,
-            flags.quota_bytes_per_second,
+            &flags.quota_bytes_per_second,
         );
-        set_f64(&mut self.quota.burst_bytes, flags.quota_burst_bytes);
+        set_opt(&mut self.quota.burst_bytes, &flags.quota_burst_bytes);
         set_f64(&mut self.quota.max_wait_seconds, flags.max_wait);
         let global = &mut self.quota.global;
         set_f64(

@@ -142,8 +142,8 @@ fn flags_set_mode_quota_and_wait() {
     let mut c = Config::default();
     c.apply(&cli.flags);
     assert_eq!(c.mode, Mode::Enforce);
-    assert_eq!(c.quota.bytes_per_second, 1000.0);
-    assert_eq!(c.quota.burst_bytes, 5000.0);
+    assert_eq!(c.quota.bytes_per_second, Some(1000.0));
+    assert_eq!(c.quota.burst_bytes, Some(5000.0));
     assert_eq!(c.quota.max_wait_seconds, 2.5);
     let dry = Cli::try_parse_from(["tollgate", "--mode", "dryRun", "--max-wait", "500ms"])
         .expect("parses");

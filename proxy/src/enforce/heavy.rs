@@ -19,7 +19,7 @@ use super::lane::Lane;
 use super::pool::QuotaPool;
 use super::scaling;
 use super::settings::{AdmissionSettings, ScalingMode};
-use crate::budget::heavy::{Ceilings, HeavyBudget};
+use crate::budget::heavy::HeavyBudget;
 use crate::budget::latencies::LatencyDrain;
 use crate::budget::unlearned::SingleFlight;
 use crate::pattern::PatternKey;
@@ -55,7 +55,7 @@ impl<W> HeavyLane<W> {
     pub fn new(s: AdmissionSettings<'_>, latencies: LatencyDrain, now: Instant) -> HeavyLane<W> {
         let q = s.quota;
         HeavyLane {
-            pool: QuotaPool::new(q.bytes_per_second, q.burst_bytes, now),
+            pool: QuotaPool::new(q.bytes_per_second(), q.burst_bytes(), now),
             queue: FairQueue::new(
                 q.queue.quantum_bytes,
                 q.queue.per_flow_depth,
@@ -66,16 +66,7 @@ impl<W> HeavyLane<W> {
             guard: RelistGuard::default(),
             nodes: None,
             containers: None,
-            budget: HeavyBudget::new(
-                q.mode,
-                q.adaptive.clone(),
-                Ceilings {
-                    rate: q.bytes_per_second,
-                    burst: q.burst_bytes,
-                    inflight: q.inflight_bytes,
-                },
-                now,
-            ),
+            budget: HeavyBudget::new(q.mode, q.adaptive.clone(), scaling::ceilings(q, None), now),
             unlearned: SingleFlight::new(UNLEARNED_CAPACITY),
             latencies,
         }
@@ -96,12 +87,7 @@ impl<W> HeavyLane<W> {
             ScalingMode::NodeProportional => self.nodes,
             ScalingMode::ContainerProportional => self.containers,
         };
-        let (rate, burst) = scaling::scaled(quota, size);
-        let ceilings = Ceilings {
-            rate,
-            burst,
-            inflight: quota.inflight_bytes,
-        };
+        let ceilings = scaling::ceilings(quota, size);
         self.budget
             .set_settings(quota.mode, &quota.adaptive, ceilings);
         let limits = self.budget.limits();

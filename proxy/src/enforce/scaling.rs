@@ -5,19 +5,29 @@
 //! container count from its own paged LIST ([`crate::containers`]).
 
 use super::settings::{Quota, ScalingMode};
+use crate::budget::heavy::Ceilings;
 
-/// Pool rate and burst for the current cluster size (`None`: not known
-/// yet, use the base alone).
-pub fn scaled(quota: &Quota, size: Option<f64>) -> (f64, f64) {
+/// The static values for the current cluster size (`None`: not known
+/// yet, the base alone). Scaled values count as set: scaling is the
+/// operator's choice of pool.
+pub fn ceilings(quota: &Quota, size: Option<f64>) -> Ceilings {
     let s = &quota.scaling;
+    let scaling = s.mode != ScalingMode::Fixed;
     let units = match (s.mode, size) {
         (ScalingMode::Fixed, _) | (_, None) => 0.0,
         (_, Some(n)) => n.max(0.0),
     };
-    (
-        quota.bytes_per_second + s.bytes_per_second_per_unit * units,
-        quota.burst_bytes + s.burst_bytes_per_unit * units,
-    )
+    let given = |set: Option<f64>, value: f64| (set.is_some() || scaling).then_some(value);
+    let rate = quota.bytes_per_second() + s.bytes_per_second_per_unit * units;
+    let burst = quota.burst_bytes() + s.burst_bytes_per_unit * units;
+    Ceilings {
+        rate,
+        burst,
+        inflight: quota.inflight_bytes(),
+        set_rate: given(quota.bytes_per_second, rate),
+        set_burst: given(quota.burst_bytes, burst),
+        set_inflight: quota.inflight_bytes,
+    }
 }
 
 #[cfg(test)]
@@ -27,15 +37,43 @@ mod tests {
     #[test]
     fn rate_and_burst_grow_with_the_cluster() {
         let mut q = Quota {
-            bytes_per_second: 100.0,
-            burst_bytes: 1000.0,
+            bytes_per_second: Some(100.0),
+            burst_bytes: Some(1000.0),
             ..Quota::default()
         };
         q.scaling.bytes_per_second_per_unit = 2.0;
         q.scaling.burst_bytes_per_unit = 10.0;
-        assert_eq!(scaled(&q, Some(50.0)), (100.0, 1000.0), "fixed");
+        let pool = |q: &Quota, size| {
+            let c = ceilings(q, size);
+            (c.rate, c.burst)
+        };
+        assert_eq!(pool(&q, Some(50.0)), (100.0, 1000.0), "fixed");
         q.scaling.mode = ScalingMode::NodeProportional;
-        assert_eq!(scaled(&q, Some(50.0)), (200.0, 1500.0));
-        assert_eq!(scaled(&q, None), (100.0, 1000.0), "size not known yet");
+        assert_eq!(pool(&q, Some(50.0)), (200.0, 1500.0));
+        assert_eq!(pool(&q, None), (100.0, 1000.0), "size not known yet");
+    }
+
+    #[test]
+    fn only_values_set_or_scaled_cap_the_adaptive_budget() {
+        let mut q = Quota::default();
+        let c = ceilings(&q, Some(50.0));
+        assert_eq!(
+            (c.set_rate, c.set_burst, c.set_inflight),
+            (None, None, None)
+        );
+        assert_eq!(c.rate, q.bytes_per_second(), "static mode: the default");
+        q.inflight_bytes = Some(5e8);
+        q.bytes_per_second = Some(1e8);
+        let c = ceilings(&q, Some(50.0));
+        assert_eq!(
+            (c.set_rate, c.set_burst, c.set_inflight),
+            (Some(1e8), None, Some(5e8))
+        );
+        q.bytes_per_second = None;
+        q.scaling.mode = ScalingMode::NodeProportional;
+        q.scaling.burst_bytes_per_unit = 10.0;
+        let c = ceilings(&q, Some(50.0));
+        assert_eq!(c.set_rate, Some(c.rate), "scaled: set");
+        assert_eq!(c.set_burst, Some(q.burst_bytes() + 500.0));
     }
 }

@@ -5,7 +5,9 @@
 use serde::Deserialize;
 
 use super::lane::Lane;
-use crate::budget::settings::{Adaptive, QuotaMode, DEFAULT_INFLIGHT_BYTES};
+use crate::budget::settings::{
+    Adaptive, QuotaMode, DEFAULT_BURST_BYTES, DEFAULT_BYTES_PER_SECOND, DEFAULT_INFLIGHT_BYTES,
+};
 
 /// Admission's own settings: the `lanes`, `quota` and `relistGuard`
 /// sections of one configuration (see [`crate::config::Config::admission`]).
@@ -97,20 +99,23 @@ pub struct LaneRule {
 pub struct Quota {
     /// `static`: the pool's rate and burst and the in-flight budget as
     /// given; `adaptive` (default): steered by the protected lanes'
-    /// latency within `adaptive`'s bounds, these values as ceilings (see
-    /// [`crate::budget`]).
+    /// latency within `adaptive`'s bounds, these values as ceilings where
+    /// set (see [`crate::budget`]).
     pub mode: QuotaMode,
     /// Predicted bytes of heavy requests in flight at once (static mode;
-    /// the ceiling in adaptive mode). Default `1073741824` (1 GiB).
-    pub inflight_bytes: f64,
+    /// in adaptive mode a hard ceiling when set). Default `1073741824`
+    /// (1 GiB).
+    pub inflight_bytes: Option<f64>,
     /// The adaptive budget's target and bounds.
     pub adaptive: Adaptive,
-    /// Refill rate of the pool, bytes/s (the base when scaling). Default
-    /// `268435456` (256 MiB/s).
-    pub bytes_per_second: f64,
-    /// Most bytes the pool holds (the base when scaling). Default
-    /// `1073741824` (1 GiB: a full LIST of 150,000 pods fits).
-    pub burst_bytes: f64,
+    /// Refill rate of the pool, bytes/s (the base when scaling; in
+    /// adaptive mode a hard ceiling when set). Default `268435456`
+    /// (256 MiB/s).
+    pub bytes_per_second: Option<f64>,
+    /// Most bytes the pool holds (the base when scaling; in adaptive mode
+    /// a hard ceiling when set). Default `1073741824` (1 GiB: a full LIST
+    /// of 150,000 pods fits).
+    pub burst_bytes: Option<f64>,
     /// Weight of bytes read from etcd against bytes sent. Default `2`.
     pub etcd_read_weight: f64,
     /// Seconds a heavy request waits in its queue before a 429. Default `10`.
@@ -318,10 +323,10 @@ impl Default for Quota {
     fn default() -> Self {
         Quota {
             mode: QuotaMode::Adaptive,
-            inflight_bytes: DEFAULT_INFLIGHT_BYTES,
+            inflight_bytes: None,
             adaptive: Adaptive::default(),
-            bytes_per_second: 268_435_456.0,
-            burst_bytes: 1_073_741_824.0,
+            bytes_per_second: None,
+            burst_bytes: None,
             etcd_read_weight: 2.0,
             max_wait_seconds: 10.0,
             queue: Queue::default(),
@@ -461,10 +466,25 @@ impl Lanes {
 }
 
 impl Quota {
+    /// `bytesPerSecond`, or its default.
+    pub fn bytes_per_second(&self) -> f64 {
+        self.bytes_per_second.unwrap_or(DEFAULT_BYTES_PER_SECOND)
+    }
+
+    /// `burstBytes`, or its default.
+    pub fn burst_bytes(&self) -> f64 {
+        self.burst_bytes.unwrap_or(DEFAULT_BURST_BYTES)
+    }
+
+    /// `inflightBytes`, or its default.
+    pub fn inflight_bytes(&self) -> f64 {
+        self.inflight_bytes.unwrap_or(DEFAULT_INFLIGHT_BYTES)
+    }
+
     pub fn validate(&self) -> Result<(), Invalid> {
-        positive("quota.bytesPerSecond", self.bytes_per_second)?;
-        positive("quota.burstBytes", self.burst_bytes)?;
-        positive("quota.inflightBytes", self.inflight_bytes)?;
+        positive("quota.bytesPerSecond", self.bytes_per_second())?;
+        positive("quota.burstBytes", self.burst_bytes())?;
+        positive("quota.inflightBytes", self.inflight_bytes())?;
         self.adaptive.validate()?;
         non_negative("quota.etcdReadWeight", self.etcd_read_weight)?;
         positive("quota.maxWaitSeconds", self.max_wait_seconds)?;
