@@ -9,8 +9,14 @@ use tokio::time::Instant;
 use super::settings::Bounds;
 use super::signal::{Tail, TAIL_WINDOW};
 
-/// The rate lets the in-flight level turn over once in this time.
+/// The rate lets the in-flight level turn over once in this time…
 pub const TURNOVER: Duration = Duration::from_secs(4);
+/// …or in this many of the heavy requests' service times, when that is
+/// shorter (at one request at a time, the apiserver serves a heavy request
+/// at most a quarter of the time, however fast it serves one)…
+pub const SERVICE_TURNS: f64 = 4.0;
+/// …but never faster than this: two controller steps.
+pub const MIN_TURNOVER: Duration = Duration::from_secs(1);
 /// Over this share of the target the level is cut…
 pub const SET_POINT: f64 = 0.7;
 /// …and under this share it may grow; between them it holds.
@@ -68,6 +74,17 @@ const CUT_RANGE: (f64, f64) = (0.5, 0.9);
 const ERROR_RATIO: f64 = 1.5;
 /// Per-step admission records kept (USE_WINDOW at the fastest interval).
 const MAX_ADMISSIONS: usize = 256;
+/// The in-flight budget holds this many times what the rate keeps in
+/// flight (the rate times the heavy requests' service time), as BBR's
+/// window holds twice its bandwidth-delay product.
+pub const PACE_GAIN: f64 = 2.0;
+/// Completed heavy requests the service time is measured over.
+const SERVICE_SAMPLES: usize = 32;
+/// Slow start's fast phase watches a step this long: an apiserver whose
+/// heartbeats do not feel the heavy lane at all is far from its edge, and
+/// 4 s per doubling left a fast one refusing LISTs for 20 s from a cold
+/// start.
+pub const FAST_EVIDENCE: Duration = Duration::from_secs(2);
 
 /// What the heavy lane and the signal did since the last step.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -159,6 +176,9 @@ pub struct Controller {
     waiting: f64,
     /// `(step time, bytes admitted)` over `USE_WINDOW`.
     admissions: VecDeque<(Instant, f64)>,
+    /// `(bytes, seconds from admission to the whole response)` of the
+    /// last completed heavy requests.
+    services: VecDeque<(f64, f64)>,
     last_action: Action,
     increases: u64,
     decreases: u64,
@@ -171,6 +191,8 @@ pub struct ControllerView {
     pub level_bytes: f64,
     pub bytes_per_second: f64,
     pub inflight_bytes: f64,
+    /// The heavy requests' service time the in-flight budget is paced by.
+    pub service_seconds: Option<f64>,
     pub phase: Phase,
     pub last_action: Action,
     pub seconds_since_change: f64,
@@ -201,6 +223,7 @@ impl Controller {
             peak: 0.0,
             waiting: 0.0,
             admissions: VecDeque::new(),
+            services: VecDeque::new(),
             last_action: Action::HoldNoSignal,
             increases: 0,
             decreases: 0,
@@ -226,14 +249,55 @@ impl Controller {
     /// The pool's rate, bytes/s.
     pub fn rate(&self) -> f64 {
         let b = &self.bounds;
-        (self.level / TURNOVER.as_secs_f64()).clamp(b.min_rate, b.max_rate.max(b.min_rate))
+        (self.level / self.turnover()).clamp(b.min_rate, b.max_rate.max(b.min_rate))
     }
 
-    /// The in-flight budget, bytes.
+    /// Seconds the rate takes to admit the level: [`TURNOVER`], or
+    /// [`SERVICE_TURNS`] service times where the heavy requests are served
+    /// faster, down to [`MIN_TURNOVER`]. A level of one LIST of all pods
+    /// was one LIST per 4 s wherever it ran; on an apiserver that served
+    /// one in 0.2 s and took 240 a minute within the target, the cold start
+    /// spent 20 s refusing LISTs to get past that.
+    fn turnover(&self) -> f64 {
+        let most = TURNOVER.as_secs_f64();
+        self.service_seconds().map_or(most, |d| {
+            (SERVICE_TURNS * d).clamp(MIN_TURNOVER.as_secs_f64(), most)
+        })
+    }
+
+    /// The in-flight budget, bytes: the level, but no more than
+    /// [`PACE_GAIN`] times what the rate keeps in flight once the service
+    /// time is known. The level turns over in 4 s; LISTs served in 0.2 s
+    /// would otherwise be let in twenty at once whenever a backlog built
+    /// up (on a fast apiserver a level of 2 GB admitted six LISTs of all
+    /// pods together, and the heartbeats' p99 reached 123 ms).
     pub fn inflight(&self) -> f64 {
         let b = &self.bounds;
-        self.level
-            .clamp(b.min_inflight, b.max_inflight.max(b.min_inflight))
+        let paced = self
+            .service_seconds()
+            .map_or(self.level, |d| self.level.min(PACE_GAIN * self.rate() * d));
+        paced.clamp(b.min_inflight, b.max_inflight.max(b.min_inflight))
+    }
+
+    /// The heavy requests' service time, seconds: the byte-weighted mean
+    /// over the last completions (what a byte of the rate spends in
+    /// flight, by Little's law). `None`: none completed yet.
+    pub fn service_seconds(&self) -> Option<f64> {
+        let bytes: f64 = self.services.iter().map(|s| s.0).sum();
+        let weighted: f64 = self.services.iter().map(|s| s.0 * s.1).sum();
+        (bytes > 0.0).then(|| weighted / bytes)
+    }
+
+    /// A heavy request of predicted cost `bytes` was served whole in
+    /// `took`, from admission.
+    pub fn note_service(&mut self, bytes: f64, took: Duration) {
+        if !(bytes.is_finite() && bytes > 0.0) {
+            return;
+        }
+        if self.services.len() == SERVICE_SAMPLES {
+            self.services.pop_front();
+        }
+        self.services.push_back((bytes, took.as_secs_f64()));
     }
 
     pub fn phase(&self) -> Phase {
@@ -281,7 +345,7 @@ impl Controller {
     fn used(&self) -> f64 {
         let admitted: f64 = self.admissions.iter().map(|a| a.1).sum();
         let per_second = admitted / USE_WINDOW.as_secs_f64();
-        self.peak.max(per_second * TURNOVER.as_secs_f64())
+        self.peak.max(per_second * self.turnover())
     }
 
     /// One step at `now`.
@@ -391,6 +455,8 @@ impl Controller {
                 && self.level < self.edge * SLOW_START_GROWTH;
             let evidence = if self.phase == Phase::Steady && near_edge {
                 EDGE_EVIDENCE
+            } else if self.phase == Phase::SlowStart && ratio < FAST_BELOW {
+                FAST_EVIDENCE
             } else {
                 EVIDENCE
             };
@@ -513,6 +579,7 @@ impl Controller {
             level_bytes: self.level,
             bytes_per_second: self.rate(),
             inflight_bytes: self.inflight(),
+            service_seconds: self.service_seconds(),
             phase: self.phase,
             last_action: self.last_action,
             seconds_since_change: now.saturating_duration_since(self.changed_at).as_secs_f64(),

@@ -259,6 +259,8 @@ proptest! {
                 c.set_bounds(bounds);
             } else if extra < 5 {
                 c.note_completion(now - ms(gap / 2));
+            } else if extra < 8 {
+                c.note_service(used, ms(gap));
             }
             let o = Observation {
                 upstream_errors: errors.saturating_sub(1),
@@ -654,4 +656,79 @@ fn slow_start_doubles_while_the_heartbeats_do_not_feel_the_heavy_lane() {
     };
     assert_eq!(c.step(&spike, t0 + ms(9200)), Action::Decrease);
     assert_eq!(c.level(), 76.0 * MB);
+}
+
+#[test]
+fn the_service_time_paces_the_rate_and_the_inflight_budget() {
+    let t0 = Instant::now();
+    let b = Bounds {
+        max_rate: 1000.0 * MB,
+        max_inflight: 4000.0 * MB,
+        ..bounds()
+    };
+    let mut c = Controller::new(b, t0);
+    let mut now = t0;
+    let at = |p99| Observation {
+        waiting: 76.0 * MB,
+        ..obs(Some(p99), 0.0, 0, false)
+    };
+    assert_eq!(c.step(&at(4), now), Action::Increase);
+    for _ in 0..2 {
+        now += ms(2000);
+        c.note_completion(now - ms(100));
+        assert_eq!(c.step(&at(4), now), Action::Increase);
+    }
+    let level = 4.0 * 76.0 * MB;
+    assert_eq!(c.level(), level);
+    assert_eq!(
+        (c.rate(), c.inflight()),
+        (level / 4.0, level),
+        "no service time yet: the level turns over in 4 s"
+    );
+    // LISTs of 76 MB served in 0.5 s (a small one, faster, weighs less).
+    c.note_service(76.0 * MB, ms(500));
+    c.note_service(1.0 * MB, ms(10));
+    let d = c.service_seconds().expect("measured");
+    assert!((d - (76.0 * 0.5 + 0.01) / 77.0).abs() < 1e-9, "{d}");
+    // The level turns over in four service times, and the in-flight
+    // budget holds twice what that rate keeps in flight: half the level.
+    assert!((c.rate() - level / (SERVICE_TURNS * d)).abs() < 1.0);
+    assert!((c.inflight() - PACE_GAIN * c.rate() * d).abs() < 1.0);
+    assert!(c.inflight() < level);
+    // Served in 0.1 s: the turnover stops at its shortest (1 s), and the
+    // in-flight budget holds a fifth of the level, two LISTs, not eight.
+    for _ in 0..SERVICE_SAMPLES {
+        c.note_service(76.0 * MB, ms(100));
+    }
+    assert!((c.rate() - level / MIN_TURNOVER.as_secs_f64()).abs() < 1.0);
+    assert!((c.inflight() - 0.2 * level).abs() < 1.0);
+    // Slow LISTs (2 s and more) leave both as they were.
+    for _ in 0..SERVICE_SAMPLES {
+        c.note_service(76.0 * MB, ms(3000));
+    }
+    assert_eq!((c.rate(), c.inflight()), (level / 4.0, level));
+    // Never under the minimum.
+    for _ in 0..SERVICE_SAMPLES {
+        c.note_service(76.0 * MB, ms(1));
+    }
+    assert_eq!(c.inflight(), b.min_inflight);
+}
+
+#[test]
+fn the_fast_phase_steps_on_shorter_evidence() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    let at = |p99| Observation {
+        waiting: 10.0 * MB,
+        ..obs(Some(p99), 0.0, 0, false)
+    };
+    assert_eq!(c.step(&at(4), t0), Action::Increase);
+    c.note_completion(t0 + ms(100));
+    assert_eq!(c.step(&at(4), t0 + ms(1900)), Action::HoldEvidence);
+    assert_eq!(c.step(&at(4), t0 + ms(2000)), Action::Increase);
+    assert_eq!(c.level(), 20.0 * MB);
+    // Over a quarter of the set point: the step needs the full 4 s.
+    c.note_completion(t0 + ms(2100));
+    assert_eq!(c.step(&at(10), t0 + ms(4000)), Action::HoldEvidence);
+    assert_eq!(c.step(&at(10), t0 + ms(6000)), Action::Increase);
 }

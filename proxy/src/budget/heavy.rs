@@ -229,6 +229,8 @@ impl HeavyBudget {
         self.inflight.release(bytes);
         if completed {
             self.controller.note_completion(admitted_at);
+            self.controller
+                .note_service(bytes, now.saturating_duration_since(admitted_at));
         }
         if self.inflight.count() == 0 {
             self.signal.set_heavy_busy(false, now);
@@ -454,10 +456,16 @@ mod tests {
             Some(Action::Increase),
             "a LIST waited: slow start begins at one LIST at a time"
         );
-        assert_eq!((limits.rate, limits.inflight), (33.0 * MB / 4.0, 33.0 * MB));
+        // The LIST took 1 s: the in-flight budget is paced at twice what
+        // the rate keeps in flight, under the LIST (which still runs alone).
+        assert_eq!(
+            (limits.rate, limits.inflight),
+            (33.0 * MB / 4.0, 2.0 * 33.0 * MB / 4.0)
+        );
         assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
         let v = b.view(now);
         assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));
+        assert_eq!(v.controller.service_seconds, Some(1.0));
         assert_eq!((v.target_seconds, v.signal_source), (0.05, "protected"));
     }
 
