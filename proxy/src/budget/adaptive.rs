@@ -279,13 +279,23 @@ impl Controller {
         paced.clamp(b.min_inflight, b.max_inflight.max(b.min_inflight))
     }
 
-    /// The heavy requests' service time, seconds: the byte-weighted mean
-    /// over the last completions (what a byte of the rate spends in
-    /// flight, by Little's law). `None`: none completed yet.
+    /// The heavy requests' service time, seconds, as the apiserver serves
+    /// them unloaded: the shortest time per byte of the last completions,
+    /// at their byte-weighted mean size. The shortest, as BBR takes the
+    /// minimum round trip for its bandwidth-delay product: a LIST slowed
+    /// by the load must not widen the in-flight budget (with the mean, two
+    /// real-apiserver runs stepped into two LISTs at once as the LISTs
+    /// slowed, and missed the target by 1.3 and 1.6 ms). `None`: none
+    /// completed yet.
     pub fn service_seconds(&self) -> Option<f64> {
         let bytes: f64 = self.services.iter().map(|s| s.0).sum();
-        let weighted: f64 = self.services.iter().map(|s| s.0 * s.1).sum();
-        (bytes > 0.0).then(|| weighted / bytes)
+        let squares: f64 = self.services.iter().map(|s| s.0 * s.0).sum();
+        let per_byte = self
+            .services
+            .iter()
+            .map(|s| s.1 / s.0)
+            .fold(f64::INFINITY, f64::min);
+        (bytes > 0.0).then(|| per_byte * squares / bytes)
     }
 
     /// A heavy request of predicted cost `bytes` was served whole in

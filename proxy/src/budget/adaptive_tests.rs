@@ -685,11 +685,18 @@ fn the_service_time_paces_the_rate_and_the_inflight_budget() {
         (level / 4.0, level),
         "no service time yet: the level turns over in 4 s"
     );
-    // LISTs of 76 MB served in 0.5 s (a small one, faster, weighs less).
+    // A LIST of 76 MB served in 0.5 s, and a small request, slower per
+    // byte: the LIST's time per byte, at the byte-weighted mean size.
     c.note_service(76.0 * MB, ms(500));
     c.note_service(1.0 * MB, ms(10));
     let d = c.service_seconds().expect("measured");
-    assert!((d - (76.0 * 0.5 + 0.01) / 77.0).abs() < 1e-9, "{d}");
+    let expected = 0.5 / 76.0 * (76.0 * 76.0 + 1.0) / 77.0;
+    assert!((d - expected).abs() < 1e-9, "{d}");
+    // The same LIST slowed by the load does not widen the budget.
+    c.note_service(76.0 * MB, ms(1500));
+    let d = c.service_seconds().expect("measured");
+    let expected = 0.5 / 76.0 * (2.0 * 76.0 * 76.0 + 1.0) / 153.0;
+    assert!((d - expected).abs() < 1e-9, "{d}");
     // The level turns over in four service times, and the in-flight
     // budget holds twice what that rate keeps in flight: half the level.
     assert!((c.rate() - level / (SERVICE_TURNS * d)).abs() < 1.0);

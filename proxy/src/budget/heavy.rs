@@ -458,14 +458,13 @@ mod tests {
         );
         // The LIST took 1 s: the in-flight budget is paced at twice what
         // the rate keeps in flight, under the LIST (which still runs alone).
-        assert_eq!(
-            (limits.rate, limits.inflight),
-            (33.0 * MB / 4.0, 2.0 * 33.0 * MB / 4.0)
-        );
+        assert_eq!(limits.rate, 33.0 * MB / 4.0);
+        assert!((limits.inflight - 2.0 * 33.0 * MB / 4.0).abs() < 1.0);
         assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
         let v = b.view(now);
         assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));
-        assert_eq!(v.controller.service_seconds, Some(1.0));
+        let service = v.controller.service_seconds.expect("one LIST completed");
+        assert!((service - 1.0).abs() < 1e-9, "{service}");
         assert_eq!((v.target_seconds, v.signal_source), (0.05, "protected"));
     }
 
