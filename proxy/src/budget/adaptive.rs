@@ -288,13 +288,12 @@ impl Controller {
     /// slowed, and missed the target by 1.3 and 1.6 ms). `None`: none
     /// completed yet.
     pub fn service_seconds(&self) -> Option<f64> {
-        let bytes: f64 = self.services.iter().map(|s| s.0).sum();
-        let squares: f64 = self.services.iter().map(|s| s.0 * s.0).sum();
-        let per_byte = self
-            .services
-            .iter()
-            .map(|s| s.1 / s.0)
-            .fold(f64::INFINITY, f64::min);
+        let (bytes, squares, per_byte) = self.services.iter().fold(
+            (0.0, 0.0, f64::INFINITY),
+            |(bytes, squares, per_byte), &(b, took)| {
+                (bytes + b, squares + b * b, f64::min(per_byte, took / b))
+            },
+        );
         (bytes > 0.0).then(|| per_byte * squares / bytes)
     }
 

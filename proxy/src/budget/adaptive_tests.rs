@@ -37,9 +37,14 @@ fn obs(p99_ms: Option<u64>, used: f64, count: usize, waited: bool) -> Observatio
 
 /// A healthy step with a request of `bytes` waiting, nothing in flight.
 fn waiting(bytes: f64) -> Observation {
+    waiting_at(bytes, 10)
+}
+
+/// The same at a p99 of `p99_ms`.
+fn waiting_at(bytes: f64, p99_ms: u64) -> Observation {
     Observation {
         waiting: bytes,
-        ..obs(Some(10), 0.0, 0, false)
+        ..obs(Some(p99_ms), 0.0, 0, false)
     }
 }
 
@@ -635,10 +640,7 @@ fn the_band_at_one_request_at_a_time_keeps_slow_start() {
 fn slow_start_doubles_while_the_heartbeats_do_not_feel_the_heavy_lane() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let at = |p99| Observation {
-        waiting: 76.0 * MB,
-        ..obs(Some(p99), 0.0, 0, false)
-    };
+    let at = |p99| waiting_at(76.0 * MB, p99);
     assert_eq!(c.step(&at(4), t0 + ms(500)), Action::Increase);
     assert_eq!(c.level(), 76.0 * MB);
     // 4 ms against a 35 ms set point (under a quarter of it): ×2.
@@ -668,10 +670,7 @@ fn the_service_time_paces_the_rate_and_the_inflight_budget() {
     };
     let mut c = Controller::new(b, t0);
     let mut now = t0;
-    let at = |p99| Observation {
-        waiting: 76.0 * MB,
-        ..obs(Some(p99), 0.0, 0, false)
-    };
+    let at = |p99| waiting_at(76.0 * MB, p99);
     assert_eq!(c.step(&at(4), now), Action::Increase);
     for _ in 0..2 {
         now += ms(2000);
@@ -725,10 +724,7 @@ fn the_service_time_paces_the_rate_and_the_inflight_budget() {
 fn the_fast_phase_steps_on_shorter_evidence() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let at = |p99| Observation {
-        waiting: 10.0 * MB,
-        ..obs(Some(p99), 0.0, 0, false)
-    };
+    let at = |p99| waiting_at(10.0 * MB, p99);
     assert_eq!(c.step(&at(4), t0), Action::Increase);
     c.note_completion(t0 + ms(100));
     assert_eq!(c.step(&at(4), t0 + ms(1900)), Action::HoldEvidence);

@@ -20,31 +20,39 @@ use tokio::time::Instant;
 
 use super::adaptive::{Action, Controller, ControllerView, Observation};
 use super::inflight::InflightBudget;
-use super::settings::{Adaptive, Bounds, QuotaMode};
+use super::settings::{
+    Adaptive, Bounds, QuotaMode, DEFAULT_BURST_BYTES, DEFAULT_BYTES_PER_SECOND,
+    DEFAULT_INFLIGHT_BYTES,
+};
 use super::signal::{Signal, SignalView, Tail};
 
 /// The adaptive pool's burst, in seconds of its rate.
 pub const BURST: Duration = Duration::from_secs(1);
 
 /// The static values (after cluster-size scaling): `quota.bytesPerSecond`,
-/// `quota.burstBytes`, `quota.inflightBytes`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// `quota.burstBytes`, `quota.inflightBytes`, where set (in the file, by a
+/// flag, or by scaling; `None`: not set). Static mode uses their defaults
+/// where not set; only the values set cap the adaptive budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Ceilings {
-    /// Static mode's budget: the values set, or their defaults.
-    pub rate: f64,
-    pub burst: f64,
-    pub inflight: f64,
-    /// The values set (in the file, by a flag, or by scaling): only these
-    /// cap the adaptive budget.
-    pub set_rate: Option<f64>,
-    pub set_burst: Option<f64>,
-    pub set_inflight: Option<f64>,
+    pub rate: Option<f64>,
+    pub burst: Option<f64>,
+    pub inflight: Option<f64>,
 }
 
 impl Ceilings {
     /// The adaptive budget's bounds under the values set.
     fn bounds(&self, adaptive: &Adaptive) -> Bounds {
-        adaptive.bounds(self.set_rate, self.set_inflight)
+        adaptive.bounds(self.rate, self.inflight)
+    }
+
+    /// Static mode's budget: the values set, or their defaults.
+    pub fn static_limits(&self) -> Limits {
+        Limits {
+            rate: self.rate.unwrap_or(DEFAULT_BYTES_PER_SECOND),
+            burst: self.burst.unwrap_or(DEFAULT_BURST_BYTES),
+            inflight: self.inflight.unwrap_or(DEFAULT_INFLIGHT_BYTES),
+        }
     }
 }
 
@@ -161,17 +169,13 @@ impl HeavyBudget {
     /// budget fills at the rate, not at once.
     pub fn limits(&self) -> Limits {
         match self.mode {
-            QuotaMode::Static => Limits {
-                rate: self.ceilings.rate,
-                burst: self.ceilings.burst,
-                inflight: self.ceilings.inflight,
-            },
+            QuotaMode::Static => self.ceilings.static_limits(),
             QuotaMode::Adaptive => {
                 let rate = self.controller.rate();
                 Limits {
                     rate,
                     burst: (rate * BURST.as_secs_f64())
-                        .min(self.ceilings.set_burst.unwrap_or(f64::INFINITY)),
+                        .min(self.ceilings.burst.unwrap_or(f64::INFINITY)),
                     inflight: self.controller.inflight(),
                 }
             }
@@ -359,12 +363,9 @@ mod tests {
     /// Static values set in the file.
     fn ceilings() -> Ceilings {
         Ceilings {
-            rate: 100.0 * MB,
-            burst: 400.0 * MB,
-            inflight: 1000.0 * MB,
-            set_rate: Some(100.0 * MB),
-            set_burst: Some(400.0 * MB),
-            set_inflight: Some(1000.0 * MB),
+            rate: Some(100.0 * MB),
+            burst: Some(400.0 * MB),
+            inflight: Some(1000.0 * MB),
         }
     }
 
@@ -401,12 +402,7 @@ mod tests {
             (100.0 * MB, 1000.0 * MB),
             "set: the static values are hard"
         );
-        let defaults = Ceilings {
-            set_rate: None,
-            set_burst: None,
-            set_inflight: None,
-            ..ceilings()
-        };
+        let defaults = Ceilings::default();
         b.set_settings(QuotaMode::Adaptive, &Adaptive::default(), defaults);
         assert_eq!(
             top(&b),
@@ -415,6 +411,12 @@ mod tests {
         );
 
         b.set_settings(QuotaMode::Static, &Adaptive::default(), defaults);
+        assert_eq!(
+            b.limits().rate,
+            DEFAULT_BYTES_PER_SECOND,
+            "static mode: the defaults"
+        );
+        b.set_settings(QuotaMode::Static, &Adaptive::default(), ceilings());
         assert_eq!(b.limits().rate, 100.0 * MB, "static mode: the values");
     }
 

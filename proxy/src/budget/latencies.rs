@@ -111,12 +111,9 @@ mod tests {
 
     fn budget(now: Instant) -> HeavyBudget {
         let ceilings = Ceilings {
-            rate: 1e6,
-            burst: 1e6,
-            inflight: 1e6,
-            set_rate: Some(1e6),
-            set_burst: Some(1e6),
-            set_inflight: Some(1e6),
+            rate: Some(1e6),
+            burst: Some(1e6),
+            inflight: Some(1e6),
         };
         HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings, now)
     }

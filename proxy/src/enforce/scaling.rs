@@ -17,16 +17,21 @@ pub fn ceilings(quota: &Quota, size: Option<f64>) -> Ceilings {
         (ScalingMode::Fixed, _) | (_, None) => 0.0,
         (_, Some(n)) => n.max(0.0),
     };
-    let given = |set: Option<f64>, value: f64| (set.is_some() || scaling).then_some(value);
-    let rate = quota.bytes_per_second() + s.bytes_per_second_per_unit * units;
-    let burst = quota.burst_bytes() + s.burst_bytes_per_unit * units;
+    let scaled = |set: Option<f64>, base: f64, per_unit: f64| {
+        (set.is_some() || scaling).then_some(base + per_unit * units)
+    };
     Ceilings {
-        rate,
-        burst,
-        inflight: quota.inflight_bytes(),
-        set_rate: given(quota.bytes_per_second, rate),
-        set_burst: given(quota.burst_bytes, burst),
-        set_inflight: quota.inflight_bytes,
+        rate: scaled(
+            quota.bytes_per_second,
+            quota.bytes_per_second(),
+            s.bytes_per_second_per_unit,
+        ),
+        burst: scaled(
+            quota.burst_bytes,
+            quota.burst_bytes(),
+            s.burst_bytes_per_unit,
+        ),
+        inflight: quota.inflight_bytes,
     }
 }
 
@@ -44,7 +49,7 @@ mod tests {
         q.scaling.bytes_per_second_per_unit = 2.0;
         q.scaling.burst_bytes_per_unit = 10.0;
         let pool = |q: &Quota, size| {
-            let c = ceilings(q, size);
+            let c = ceilings(q, size).static_limits();
             (c.rate, c.burst)
         };
         assert_eq!(pool(&q, Some(50.0)), (100.0, 1000.0), "fixed");
@@ -57,23 +62,21 @@ mod tests {
     fn only_values_set_or_scaled_cap_the_adaptive_budget() {
         let mut q = Quota::default();
         let c = ceilings(&q, Some(50.0));
+        assert_eq!((c.rate, c.burst, c.inflight), (None, None, None));
         assert_eq!(
-            (c.set_rate, c.set_burst, c.set_inflight),
-            (None, None, None)
+            c.static_limits().rate,
+            q.bytes_per_second(),
+            "static mode: the default"
         );
-        assert_eq!(c.rate, q.bytes_per_second(), "static mode: the default");
         q.inflight_bytes = Some(5e8);
         q.bytes_per_second = Some(1e8);
         let c = ceilings(&q, Some(50.0));
-        assert_eq!(
-            (c.set_rate, c.set_burst, c.set_inflight),
-            (Some(1e8), None, Some(5e8))
-        );
+        assert_eq!((c.rate, c.burst, c.inflight), (Some(1e8), None, Some(5e8)));
         q.bytes_per_second = None;
         q.scaling.mode = ScalingMode::NodeProportional;
         q.scaling.burst_bytes_per_unit = 10.0;
         let c = ceilings(&q, Some(50.0));
-        assert_eq!(c.set_rate, Some(c.rate), "scaled: set");
-        assert_eq!(c.set_burst, Some(q.burst_bytes() + 500.0));
+        assert_eq!(c.rate, Some(c.static_limits().rate), "scaled: set");
+        assert_eq!(c.burst, Some(q.burst_bytes() + 500.0));
     }
 }
