@@ -79,7 +79,12 @@ use tokio::net::TcpListener;
 pub use config::{Config, ConfigError, Flags};
 
 /// The body type of every request and response tollgate makes: streamed.
-pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
+/// Its error is boxed: a body may end with hyper's error or tollgate's own
+/// (an upstream body that stalled, [`forward::stall`]).
+pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, BoxError>;
+
+/// Any error, sendable.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub use gateway::Gateway;
 
 /// Why tollgate could not start or stopped with an error.

@@ -308,12 +308,12 @@ impl ActiveBody {
 
 impl http_body::Body for ActiveBody {
     type Data = bytes::Bytes;
-    type Error = hyper::Error;
+    type Error = crate::BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, crate::BoxError>>> {
         Pin::new(&mut self.body).poll_frame(cx)
     }
 

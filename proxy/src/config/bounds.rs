@@ -157,6 +157,30 @@ impl Config {
                 Seconds(up.connect_timeout_seconds),
             ),
             (
+                "upstream.timeouts.watchHeaderSeconds",
+                Seconds(up.timeouts.watch_header_seconds),
+            ),
+            (
+                "upstream.timeouts.watchMarginSeconds",
+                SecondsOrZero(up.timeouts.watch_margin_seconds),
+            ),
+            (
+                "upstream.timeouts.watchIdleSeconds",
+                Seconds(up.timeouts.watch_idle_seconds),
+            ),
+            (
+                "upstream.timeouts.bodyIdleSeconds",
+                Seconds(up.timeouts.body_idle_seconds),
+            ),
+            (
+                "upstream.timeouts.pingIntervalSeconds",
+                Seconds(up.timeouts.ping_interval_seconds),
+            ),
+            (
+                "upstream.timeouts.pingTimeoutSeconds",
+                Seconds(up.timeouts.ping_timeout_seconds),
+            ),
+            (
                 "upstream.healthCheck.intervalSeconds",
                 Seconds(up.health_check.interval_seconds),
             ),

@@ -210,6 +210,9 @@ pub struct Upstream {
     /// Past it the request gets a 504 Status and the upstream is ejected.
     /// Default `10`.
     pub connect_timeout_seconds: f64,
+    /// Bounds on each exchange with an apiserver once connected: response
+    /// headers, pauses in a body, HTTP/2 pings (see [`crate::forward::stall`]).
+    pub timeouts: crate::forward::UpstreamTimeouts,
     /// Health check settings.
     pub health_check: HealthCheck,
     /// Scraping of the apiserver's object counts (`apiserver_storage_objects`,
@@ -321,6 +324,7 @@ impl Default for Upstream {
             light_protocol: LightProtocol::Http2,
             max_light_connections: 256,
             connect_timeout_seconds: 10.0,
+            timeouts: Default::default(),
             health_check: HealthCheck::default(),
             metrics_scrape: MetricsScrape::default(),
             request_headers: Default::default(),

@@ -175,6 +175,7 @@ fn the_readme_example_is_the_defaults() {
         (d.quota.bytes_per_second, d.quota.burst_bytes)
     );
     assert_eq!(c.relist_guard.warmup_seconds, d.relist_guard.warmup_seconds);
+    assert_eq!(c.upstream.timeouts, d.upstream.timeouts);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! [`crate::admit`].
 //! - [`lane`]: lane assignment by identity, verb and pattern.
 //! - [`slots`]: in-flight slots per lane; per-flow shares and round-robin
-//!   queues inside the light lanes.
+//!   queues inside the light lanes ([`share`]: the pure core).
 //! - [`pool`]: the quota pool (refill, debit, reconcile, debt).
 //! - [`drr`]: per-flow queues served by deficit round robin on bytes.
 //! - [`heavy`]: the heavy lane's state: pool, queues, in-flight, guard, size.
@@ -24,6 +24,7 @@ pub mod ratelimit;
 pub mod retry;
 pub mod scaling;
 pub mod settings;
+pub mod share;
 pub mod slots;
 
 pub use decision::{Decision, Reason};

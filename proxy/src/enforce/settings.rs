@@ -43,9 +43,11 @@ pub struct Lanes {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct LaneQueue {
-    /// Fraction of a lane's in-flight slots one flow may hold (at least
-    /// one slot); its further requests wait in its queue. Default `0.5`:
-    /// one flow can never take the whole lane.
+    /// Fraction of a lane's in-flight slots one flow may hold when it is
+    /// alone (at least one slot); with `n` flows holding or waiting, each
+    /// may hold `⌊limit / (n + 1)⌋` if less (see [`super::share`]). Further
+    /// requests wait in the flow's queue. Default `0.5`: one flow can never
+    /// take the whole lane, nor can N flows.
     pub max_flow_share: f64,
     /// Requests waiting per flow; past it, 429 at once. Default `50` (the
     /// apiserver's default queue length limit).

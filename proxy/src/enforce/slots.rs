@@ -1,24 +1,19 @@
-//! In-flight slots per lane, and fairness inside a limited lane.
+//! In-flight slots per lane, and fair shares of them inside a limited lane.
 //!
 //! Each lane has an in-flight limit, read from the running configuration at
 //! each admission, so a reload takes effect at once (a lowered limit lets
 //! running requests finish). Inside a limited lane requests are served per
 //! flow (a client, see [`crate::admit::Flow`]), as the apiserver's flow
-//! control gives every flow its own queue inside a priority level:
+//! control gives every flow its own queue inside a priority level; the
+//! model is [`super::share`]'s: a flow may hold an equal part of the lane
+//! for each flow present and one more (capped by `lanes.queue.maxFlowShare`),
+//! waits in its own FIFO past it, and freed slots go round robin to the
+//! waiting flows under their share. Two flows of slow uploads used to hold
+//! half the lane each (a fixed cap per flow), and every other client waited
+//! out `lanes.maxWaitSeconds` for a 429.
 //!
-//! - A flow holds at most its share of the lane's slots
-//!   (`lanes.queue.maxFlowShare`), so one flow never holds the whole lane:
-//!   sixty anonymous clients behind one address sending slow bodies used to
-//!   take every slot and make everyone else wait out `lanes.maxWaitSeconds`
-//!   and get a 429; now the rest of the lane stays free for other flows.
-//! - A request that finds the lane (or its flow's share) full waits in its
-//!   flow's queue. A freed slot is handed straight to the next flow in round
-//!   robin that is under its share (the heavy lane's [`FairQueue`], every
-//!   cost one), so a newcomer cannot take it first and no flow waits behind
-//!   another's backlog.
-//! - Bounds: `perFlowDepth` requests waiting per flow and `maxFlows` flows
-//!   waiting; past either a request is refused at once (429). Only flows
-//!   holding a slot are counted, so that map has at most `limit` entries.
+//! Bounds: `perFlowDepth` requests waiting per flow and `maxFlows` flows
+//! waiting; past either a request is refused at once (429).
 //!
 //! One `std` mutex per lane, held for counting and choosing, never across an
 //! `.await`; slots are sent to waiters after it is released. A waiter that
@@ -26,49 +21,29 @@
 //! already sent to it is then dropped with it and freed like any other, so
 //! nothing leaks.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::drr::{FairQueue, Refused};
+use super::drr::Refused;
 use super::lane::Lane;
 use super::settings::Lanes;
-
-/// A slot taken without a flow (tollgate's own requests, a dry run, the
-/// exempt lane): counted in the lane, not in any flow's share.
-const NO_FLOW: u64 = 0;
+use super::share::{FairSlots, ShareLimits, Waiting, NO_FLOW};
 
 /// A lane's limits for one admission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotLimits {
-    /// Slots in the lane; `0` is no limit.
-    pub limit: usize,
-    /// Slots one flow may hold.
-    pub per_flow: usize,
-    /// Requests one flow may have waiting.
-    pub per_flow_depth: usize,
-    /// Flows that may have requests waiting.
-    pub max_flows: usize,
-}
+pub type SlotLimits = ShareLimits;
 
-impl SlotLimits {
+impl ShareLimits {
     /// `lane`'s limits under `lanes`.
-    pub fn of(lane: Lane, lanes: &Lanes) -> SlotLimits {
+    pub fn of(lane: Lane, lanes: &Lanes) -> ShareLimits {
         let limit = lane.limit(lanes);
         let q = &lanes.queue;
         // Truncated, at least one: a share of a small lane is still a slot.
-        // An unlimited lane has no shares either.
         let share = (limit as f64 * q.max_flow_share).floor() as usize;
-        let per_flow = if limit == 0 {
-            usize::MAX
-        } else {
-            share.clamp(1, limit)
-        };
-        SlotLimits {
+        ShareLimits {
             limit,
-            per_flow,
+            max_share: share.clamp(1, limit.max(1)),
             per_flow_depth: q.per_flow_depth.max(1),
             max_flows: q.max_flows.max(1),
         }
@@ -87,7 +62,12 @@ impl Default for LaneSlots {
             lanes: Lane::ALL.map(|lane| {
                 Arc::new(LaneState {
                     lane,
-                    inner: Mutex::default(),
+                    inner: Mutex::new(FairSlots::new(ShareLimits {
+                        limit: 0,
+                        max_share: 1,
+                        per_flow_depth: 1,
+                        max_flows: 1,
+                    })),
                 })
             }),
         }
@@ -98,93 +78,21 @@ impl Default for LaneSlots {
 #[derive(Debug)]
 struct LaneState {
     lane: Lane,
-    inner: Mutex<Inner>,
+    inner: Mutex<FairSlots<oneshot::Sender<LaneSlot>>>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    inflight: usize,
-    /// The limits of the latest admission, for slots freed later.
-    limits: SlotLimits,
-    /// Slots held, per flow holding any.
-    held: HashMap<u64, usize>,
-    waiting: FairQueue<u64, oneshot::Sender<LaneSlot>>,
-}
-
-impl Default for Inner {
-    fn default() -> Self {
-        let limits = SlotLimits {
-            limit: 0,
-            per_flow: 1,
-            per_flow_depth: 1,
-            max_flows: 1,
-        };
-        Inner {
-            inflight: 0,
-            limits,
-            held: HashMap::new(),
-            // Every cost one and a quantum of one: plain round robin.
-            waiting: FairQueue::new(1.0, limits.per_flow_depth, limits.max_flows),
-        }
+impl Waiting for oneshot::Sender<LaneSlot> {
+    fn gone(&self) -> bool {
+        self.is_closed()
     }
 }
 
 /// A slot handed to a waiter: its flow, and where to send it.
 type Grant = (u64, oneshot::Sender<LaneSlot>);
 
-impl Inner {
-    fn room(&self) -> bool {
-        self.limits.limit == 0 || self.inflight < self.limits.limit
-    }
-
-    fn under_share(&self, flow: u64) -> bool {
-        flow == NO_FLOW || self.held.get(&flow).copied().unwrap_or(0) < self.limits.per_flow
-    }
-
-    fn set_limits(&mut self, limits: SlotLimits) {
-        if self.limits != limits {
-            self.limits = limits;
-            self.waiting
-                .set_limits(1.0, limits.per_flow_depth, limits.max_flows);
-        }
-    }
-
-    fn count(&mut self, flow: u64) {
-        self.inflight += 1;
-        if flow != NO_FLOW {
-            *self.held.entry(flow).or_default() += 1;
-        }
-    }
-
-    fn uncount(&mut self, flow: u64) {
-        self.inflight = self.inflight.saturating_sub(1);
-        if let Some(n) = self.held.get_mut(&flow) {
-            *n -= 1;
-            if *n == 0 {
-                self.held.remove(&flow);
-            }
-        }
-    }
-
-    /// Free slots to waiting flows under their share, in round robin;
-    /// counted here, sent by the caller once the lock is released.
-    fn grants(&mut self) -> Vec<Grant> {
-        let mut out = Vec::new();
-        while self.room() && !self.waiting.is_empty() {
-            let (held, per_flow) = (&self.held, self.limits.per_flow);
-            let eligible = |f: &u64| held.get(f).copied().unwrap_or(0) < per_flow;
-            let Some((flow, _, tx)) = self.waiting.pop_where(eligible) else {
-                break;
-            };
-            if tx.is_closed() {
-                continue;
-            }
-            self.count(flow);
-            out.push((flow, tx));
-        }
-        out
-    }
-}
+/// Grants made under the lock, sent after it (a `Vec` allocates only
+/// when a slot is granted to a waiter, never on the path without waiting).
+type Grants = Vec<Grant>;
 
 /// One request's place in a lane; freed on drop (to the next waiter, if any).
 #[derive(Debug)]
@@ -222,7 +130,7 @@ pub enum SlotOutcome {
 }
 
 impl LaneState {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, FairSlots<oneshot::Sender<LaneSlot>>> {
         // Counts, not invariants that a panic could break halfway.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -238,8 +146,8 @@ impl LaneState {
     fn release(self: &Arc<Self>, flow: u64) {
         let grants = {
             let mut inner = self.lock();
-            inner.uncount(flow);
-            inner.grants()
+            inner.release(flow);
+            grants(&mut inner)
         };
         self.send_all(grants);
     }
@@ -247,10 +155,10 @@ impl LaneState {
     /// Send the granted slots (with the lock released). A waiter that has
     /// gone hands its slot on to the next: a loop, not recursion through
     /// `Drop`.
-    fn send_all(self: &Arc<Self>, mut grants: Vec<Grant>) {
-        while !grants.is_empty() {
+    fn send_all(self: &Arc<Self>, mut pending: Grants) {
+        while !pending.is_empty() {
             let mut gone = Vec::new();
-            for (flow, tx) in grants {
+            for (flow, tx) in pending {
                 if let Err(mut slot) = tx.send(self.slot(flow)) {
                     // Disarmed: freed below, not by its `Drop`.
                     slot.state = None;
@@ -262,11 +170,18 @@ impl LaneState {
             }
             let mut inner = self.lock();
             for flow in gone {
-                inner.uncount(flow);
+                inner.release(flow);
             }
-            grants = inner.grants();
+            pending = grants(&mut inner);
         }
     }
+}
+
+/// What `slots` frees to the waiting flows now.
+fn grants(slots: &mut FairSlots<oneshot::Sender<LaneSlot>>) -> Grants {
+    let mut out = Grants::new();
+    slots.grants(|flow, tx| out.push((flow, tx)));
+    out
 }
 
 impl LaneSlots {
@@ -276,26 +191,26 @@ impl LaneSlots {
 
     /// Slots held in `lane` now.
     pub fn inflight(&self, lane: Lane) -> usize {
-        self.state(lane).lock().inflight
+        self.state(lane).lock().inflight()
+    }
+
+    /// Slots `flow` holds in `lane` now.
+    pub fn held(&self, lane: Lane, flow: u64) -> usize {
+        self.state(lane).lock().held(flow.max(NO_FLOW + 1))
     }
 
     /// Take a slot if one is free under `limit` (0: no limit), counted in no
     /// flow (tollgate's own requests, a dry run).
     pub fn try_take(&self, lane: Lane, limit: usize) -> Option<LaneSlot> {
         let state = self.state(lane);
-        let mut inner = state.lock();
-        if limit != 0 && inner.inflight >= limit {
-            return None;
-        }
-        inner.count(NO_FLOW);
-        drop(inner);
-        Some(state.slot(NO_FLOW))
+        let taken = state.lock().take_unshared(limit, false);
+        taken.then(|| state.slot(NO_FLOW))
     }
 
     /// Take a slot even past the limit (exempt, dry run: count, never wait).
     pub fn force_take(&self, lane: Lane) -> LaneSlot {
         let state = self.state(lane);
-        state.lock().count(NO_FLOW);
+        state.lock().take_unshared(0, true);
         state.slot(NO_FLOW)
     }
 
@@ -310,32 +225,27 @@ impl LaneSlots {
     ) -> SlotOutcome {
         let flow = flow.max(NO_FLOW + 1);
         let state = self.state(lane);
-        let (rx, grants) = {
+        let (rx, pending) = {
             let mut inner = state.lock();
-            inner.set_limits(limits);
+            if inner.limits() != limits {
+                inner.set_limits(limits);
+            }
             // A raised limit first serves those already waiting.
-            let grants = inner.grants();
-            if inner.room() && inner.under_share(flow) && inner.waiting.depth(&flow) == 0 {
-                inner.count(flow);
+            let pending = grants(&mut inner);
+            if inner.try_now(flow) {
                 drop(inner);
-                state.send_all(grants);
+                state.send_all(pending);
                 return SlotOutcome::Now(state.slot(flow));
             }
             let (tx, rx) = oneshot::channel();
-            let mut pushed = inner.waiting.push(flow, 1.0, tx);
-            if let Err((Refused::FlowFull, tx)) = pushed {
-                // Waiters that gave up still count until purged.
-                inner.waiting.purge(&flow, |w| w.is_closed());
-                pushed = inner.waiting.push(flow, 1.0, tx);
-            }
-            if let Err((refused, _)) = pushed {
+            if let Err((refused, _)) = inner.enqueue(flow, tx) {
                 drop(inner);
-                state.send_all(grants);
+                state.send_all(pending);
                 return SlotOutcome::Refused(refused);
             }
-            (rx, grants)
+            (rx, pending)
         };
-        state.send_all(grants);
+        state.send_all(pending);
         let mut waiter = Waiter { state, flow, rx };
         match tokio::time::timeout(wait, &mut waiter.rx).await {
             Ok(Ok(slot)) => SlotOutcome::Waited(slot),
@@ -358,7 +268,7 @@ impl LaneSlots {
 /// wait run out, or dropped with its client's request), its place is
 /// closed, a slot sent to it meanwhile is freed to the next waiter, and the
 /// closed places of its flow are purged, so they do not count against the
-/// queue's bounds.
+/// queue's bounds (nor its flow as present, once none is left).
 struct Waiter<'a> {
     state: &'a Arc<LaneState>,
     flow: u64,
@@ -370,10 +280,13 @@ impl Drop for Waiter<'_> {
         self.rx.close();
         // Dropped here, before the lock below: its release takes it too.
         drop(self.rx.try_recv());
-        self.state
-            .lock()
-            .waiting
-            .purge(&self.flow, |w| w.is_closed());
+        // Its flow may have left with it: the others' shares grow.
+        let pending = {
+            let mut inner = self.state.lock();
+            inner.purge(self.flow);
+            grants(&mut inner)
+        };
+        self.state.send_all(pending);
     }
 }
 
@@ -381,10 +294,10 @@ impl Drop for Waiter<'_> {
 mod tests {
     use super::*;
 
-    fn limits(limit: usize, per_flow: usize) -> SlotLimits {
+    fn limits(limit: usize, max_share: usize) -> SlotLimits {
         SlotLimits {
             limit,
-            per_flow,
+            max_share,
             per_flow_depth: 10,
             max_flows: 10,
         }
@@ -446,52 +359,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn one_flow_holds_at_most_its_share_and_another_gets_a_slot_at_once() {
+    async fn a_flow_holds_at_most_its_share_of_the_flows_present() {
         let slots = Arc::new(LaneSlots::default());
         let l = limits(4, 2);
+        // Alone, flow 1 may hold half the lane.
         let (a1, _a2) = (
             now(slots.take(Lane::Workload, 1, l, SECOND).await),
             now(slots.take(Lane::Workload, 1, l, SECOND).await),
         );
         let a3 = waiter(&slots, Lane::Workload, 1, l).await;
         // Two slots free, but not for flow 1: flow 2 takes one at once.
-        let _b = now(slots.take(Lane::Workload, 2, l, SECOND).await);
+        let b = now(slots.take(Lane::Workload, 2, l, SECOND).await);
         assert_eq!(slots.inflight(Lane::Workload), 3);
+        assert_eq!(slots.held(Lane::Workload, 2), 1);
+        // With two flows present a share is ⌊4/3⌋ = 1: flow 1 holds it.
         drop(a1);
+        settle().await;
+        assert!(!a3.is_finished(), "flow 1 at its share");
+        // Flow 2 gone: flow 1 alone again, its waiter served.
+        drop(b);
         let a3 = a3.await.expect("joins");
         assert!(matches!(a3, SlotOutcome::Waited(_)));
-        assert_eq!(slots.inflight(Lane::Workload), 3);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn freed_slots_go_round_robin_to_the_waiting_flows() {
-        let slots = Arc::new(LaneSlots::default());
-        let l = limits(2, 2);
-        let mut held = vec![
-            now(slots.take(Lane::System, 1, l, SECOND).await),
-            now(slots.take(Lane::System, 1, l, SECOND).await),
-        ];
-        let mut a = Vec::new();
-        for _ in 0..3 {
-            a.push(waiter(&slots, Lane::System, 1, l).await);
-        }
-        let b = waiter(&slots, Lane::System, 2, l).await;
-        // Flow 1's backlog came first; flow 2 is served after one of it.
-        held.remove(0);
-        held.remove(0);
-        let served = |t: &tokio::task::JoinHandle<SlotOutcome>| t.is_finished();
-        settle().await;
-        assert!(served(&a[0]) && served(&b), "a1 then b1");
-        assert!(!served(&a[1]) && !served(&a[2]));
-        let (a1, b1) = (a.remove(0), b);
-        drop(a1.await.expect("joins"));
-        settle().await;
-        assert!(served(&a[0]) && !served(&a[1]), "then a2");
-        drop(b1.await.expect("joins"));
-        for t in a {
-            assert!(matches!(t.await.expect("joins"), SlotOutcome::Waited(_)));
-        }
-        assert_eq!(slots.inflight(Lane::System), 0);
+        assert_eq!(slots.inflight(Lane::Workload), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -499,7 +388,7 @@ mod tests {
         let slots = Arc::new(LaneSlots::default());
         let l = SlotLimits {
             limit: 1,
-            per_flow: 1,
+            max_share: 1,
             per_flow_depth: 1,
             max_flows: 1,
         };
@@ -557,11 +446,13 @@ mod tests {
     fn a_share_is_at_least_one_slot_and_at_most_the_lane() {
         let mut lanes = Lanes::default();
         lanes.max_inflight.workload = 50;
-        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).per_flow, 25);
+        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).max_share, 25);
+        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).share(1), 25);
+        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).share(4), 10);
         lanes.max_inflight.workload = 1;
-        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).per_flow, 1);
+        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).share(1), 1);
         lanes.max_inflight.workload = 0;
-        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).per_flow, usize::MAX);
+        assert_eq!(SlotLimits::of(Lane::Workload, &lanes).share(1), usize::MAX);
     }
 
     #[tokio::test(start_paused = true)]

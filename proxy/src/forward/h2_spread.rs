@@ -22,6 +22,11 @@ pub(crate) type HttpClient = Client<TimedConnector, Body>;
 pub(crate) struct Connect {
     pub tls: rustls::ClientConfig,
     pub timeout: Duration,
+    /// HTTP/2 pings on each connection: every `.0`, closed if one is not
+    /// answered within `.1` (`upstream.timeouts.ping*Seconds`). A
+    /// connection whose peer is gone fails its streams (a watch's too)
+    /// instead of holding them.
+    pub ping: (Duration, Duration),
 }
 
 /// HTTP/2 connections are shared by many streams, and the apiserver caps
@@ -153,7 +158,7 @@ impl H2Spread {
                 return (client.clone(), StreamSlot(active.clone()));
             }
         }
-        let mut builder = client_builder();
+        let mut builder = client_builder(&self.config);
         if let Some((stream, connection)) = self.windows {
             builder
                 .http2_initial_stream_window_size(stream)
@@ -177,15 +182,16 @@ impl H2Spread {
 
 /// The upstreams and the clients that reach them.
 pub(crate) fn http_client(config: Connect, h2: bool) -> HttpClient {
-    client_builder().build(connector(config, h2))
+    client_builder(&config).build(connector(config, h2))
 }
 
-pub(super) fn client_builder() -> hyper_util::client::legacy::Builder {
+pub(super) fn client_builder(config: &Connect) -> hyper_util::client::legacy::Builder {
     let mut b = Client::builder(TokioExecutor::new());
     b.timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(90))
-        .http2_keep_alive_interval(Duration::from_secs(30))
+        .http2_keep_alive_interval(config.ping.0)
+        .http2_keep_alive_timeout(config.ping.1)
         .http2_keep_alive_while_idle(true);
     b
 }
@@ -194,6 +200,8 @@ pub(super) fn connector(config: Connect, h2: bool) -> TimedConnector {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
+    // A peer host that is gone is found under an HTTP/1.1 watch too.
+    http.set_keepalive(Some(config.ping.0));
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config.tls)
         .https_or_http()

@@ -40,7 +40,7 @@ impl LightH1 {
     /// per apiserver and identity, for [`IDLE`]; hyper may finish a
     /// connection it began while an idle one came free, into that idle set.
     pub(crate) fn new(config: Connect, in_flight: Arc<AtomicUsize>, max: usize) -> LightH1 {
-        let mut builder = client_builder();
+        let mut builder = client_builder(&config);
         builder.pool_max_idle_per_host(max).pool_idle_timeout(IDLE);
         LightH1 {
             client: builder.build(connector(config, false)),
@@ -76,6 +76,7 @@ mod tests {
         let connect = Connect {
             tls: crate::tls::client_config(None, None).expect("tls"),
             timeout: Duration::from_secs(1),
+            ping: (Duration::from_secs(30), Duration::from_secs(20)),
         };
         let shared = Arc::new(AtomicUsize::new(0));
         let a = LightH1::new(connect.clone(), shared.clone(), 2);

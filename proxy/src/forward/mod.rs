@@ -10,12 +10,15 @@
 //!   more streams than the apiserver allows.
 //! - [`light_h1`]: light requests over HTTP/1.1, when so configured.
 //! - [`hop`]: hop-by-hop headers and upgrades.
+//! - [`stall`]: how long the response headers and each pause in a body may
+//!   take (`upstream.timeouts`), and the body wrapper that ends a stalled one.
 
 mod connect;
 mod h2_spread;
 mod hop;
 mod light_h1;
 mod pool;
+pub mod stall;
 
 use std::time::Duration;
 
@@ -39,6 +42,7 @@ pub use connect::ConnectTimeout;
 pub use h2_spread::StreamSlot;
 pub use hop::{is_upgrade, strip_hop_by_hop};
 pub use pool::{Outstanding, SendError, Upstream, UpstreamPool};
+pub use stall::{is_stall, Bounds, IdleBody, UpstreamTimeouts};
 
 /// The response header saying a consistent LIST was served from the cache
 /// (rewritten by the relist guard's policy, see [`crate::admit::rewrite_to_cache`]).
@@ -46,8 +50,9 @@ pub const REWRITE_HEADER: &str = "x-tollgate-rewritten";
 
 /// What came back from the upstream.
 pub enum Forwarded {
-    /// A response whose body streams on, holding its upstream slot until it ends.
-    Stream(Response<Incoming>, Outstanding),
+    /// A response whose body streams on (ended if it stalls), holding its
+    /// upstream slot until it ends.
+    Stream(Response<IdleBody<Incoming>>, Outstanding),
     /// The connection was upgraded and a tunnel carries it; this is the head to answer.
     Upgraded(Response<Body>),
 }
@@ -96,15 +101,19 @@ pub async fn forward(
             headers: parts.headers.clone(),
         })
     });
-    let timeout =
-        (!ctx.long_running()).then(|| Duration::from_secs_f64(ctx.config.timeouts.request_seconds));
-    let outbound = Request::from_parts(parts, body.boxed());
+    let bounds = Bounds::of(
+        &ctx.kind,
+        &parts.uri,
+        &ctx.config.upstream.timeouts,
+        ctx.config.timeouts.request_seconds,
+    );
+    let outbound = Request::from_parts(parts, body.map_err(crate::BoxError::from).boxed());
     let how = How {
         front_proxy,
         upgrade: ctx.upgrade,
         bulk: ctx.long_running() || ctx.key.is_list_like() || ctx.lane == Lane::Heavy,
     };
-    let (mut resp, outstanding) = send(pool, outbound, replay, how, timeout).await?;
+    let (mut resp, outstanding) = send(pool, outbound, replay, how, bounds.headers).await?;
     if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side)) = (resp.status(), on_client_upgrade)
     {
         let upstream_side = hyper::upgrade::on(&mut resp);
@@ -123,7 +132,7 @@ pub async fn forward(
         );
     }
     Ok(Forwarded::Stream(
-        Response::from_parts(parts, body),
+        Response::from_parts(parts, IdleBody::new(body, bounds.idle)),
         outstanding,
     ))
 }
@@ -166,7 +175,7 @@ async fn send(
     mut outbound: Request<Body>,
     mut replay: Option<Box<Replay>>,
     how: How,
-    timeout: Option<Duration>,
+    timeout: Duration,
 ) -> Result<(Response<Incoming>, Outstanding), ProxyError> {
     let mut avoid = None;
     loop {
@@ -179,15 +188,13 @@ async fn send(
             how.upgrade,
             how.bulk,
         );
-        let result = match timeout {
-            Some(t) => tokio::time::timeout(t, sent)
+        let result =
+            tokio::time::timeout(timeout, sent)
                 .await
                 .map_err(|_| ProxyError::Timeout {
                     upstream: upstream.url.clone(),
-                    seconds: t.as_secs_f64(),
-                })?,
-            None => sent.await,
-        };
+                    seconds: timeout.as_secs_f64(),
+                })?;
         let e = match result {
             Ok(resp) => return Ok((resp, outstanding)),
             Err(SendError::Build(e)) => return Err(ProxyError::Build(e)),

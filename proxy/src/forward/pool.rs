@@ -139,7 +139,11 @@ impl UpstreamPool {
                 v
             });
         let timeout = Duration::from_secs_f64(up.connect_timeout_seconds);
-        let connect = |tls| Connect { tls, timeout };
+        let ping = (
+            Duration::from_secs_f64(up.timeouts.ping_interval_seconds),
+            Duration::from_secs_f64(up.timeouts.ping_timeout_seconds),
+        );
+        let connect = |tls| Connect { tls, timeout, ping };
         // One count of light HTTP/1.1 requests in flight for both identities (see LightH1).
         let light_h1_in_flight = Arc::new(AtomicUsize::new(0));
         let spreads = |cfg: &Connect| {

@@ -53,6 +53,16 @@ pub struct SourceLabel {
     pub source: &'static str,
 }
 
+/// Where an upstream exchange stalled: `headers` (none came in time) or
+/// `body` (a pause in the body passed its bound).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: &'static str,
+}
+
+/// The `phase` values of `tollgate_upstream_stalls_total`.
+pub const STALL_PHASES: [&str; 2] = ["headers", "body"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabel {
     pub upstream: String,
@@ -149,6 +159,8 @@ pub struct Metrics {
     pub duration: HistogramFamily<VerbLabel>,
     pub inflight: Gauge,
     pub errors: Family<SourceLabel, Counter>,
+    /// Upstream exchanges given up for a stall, by phase.
+    pub upstream_stalls: Family<PhaseLabel, Counter>,
     pub predicted_bytes: Family<ClassLabel, Counter>,
     pub actual_bytes: Family<ClassLabel, Counter>,
     pub prediction_ratio: HistogramFamily<ClassLabel>,
@@ -209,6 +221,7 @@ impl Metrics {
             duration: Family::new_with_constructor(latency),
             inflight: Gauge::default(),
             errors: Family::default(),
+            upstream_stalls: Family::default(),
             predicted_bytes: Family::default(),
             actual_bytes: Family::default(),
             prediction_ratio: Family::new_with_constructor(ratio),
@@ -293,6 +306,11 @@ impl Metrics {
                 })
                 .inc_by(0);
         }
+        for phase in STALL_PHASES {
+            self.upstream_stalls
+                .get_or_create(&PhaseLabel { phase })
+                .inc_by(0);
+        }
         for lane in crate::enforce::lane::Lane::ALL {
             // A histogram at zero: its buckets, count and sum all 0.
             let _ = self.queue_wait.get_or_create(&LaneLabel {
@@ -357,6 +375,11 @@ impl Metrics {
             "tollgate_errors",
             "Requests tollgate answered itself with an error, and responses the upstream cut short (source upstream), by side (downstream, upstream, internal)",
             self.errors.clone(),
+        );
+        r.register(
+            "tollgate_upstream_stalls",
+            "Upstream exchanges given up for a stall (upstream.timeouts), by phase: headers (a 504 Status) or body (the stream cut; also counted in tollgate_errors_total{source=\"upstream\"} and as code 504 in tollgate_requests_total)",
+            self.upstream_stalls.clone(),
         );
     }
 
@@ -598,6 +621,8 @@ mod tests {
             "tollgate_errors_total{source=\"downstream\"} 0",
             "tollgate_errors_total{source=\"upstream\"} 0",
             "tollgate_errors_total{source=\"internal\"} 0",
+            "tollgate_upstream_stalls_total{phase=\"headers\"} 0",
+            "tollgate_upstream_stalls_total{phase=\"body\"} 0",
             "tollgate_queue_wait_seconds_count{lane=\"heavy\"} 0",
             "tollgate_queue_wait_seconds_count{lane=\"system\"} 0",
             "tollgate_relist_guard_triggers_total{cause=\"recovered\"} 0",

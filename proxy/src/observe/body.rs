@@ -28,6 +28,9 @@ pub struct Tally {
     /// Bytes through the chunk that carried the marker, if one was watched
     /// for and seen.
     pub initial_bytes: Option<u64>,
+    /// It ended with an error because the upstream stalled
+    /// ([`crate::forward::stall`]).
+    pub stalled: bool,
 }
 
 /// The annotation of the bookmark that ends a streaming list's initial state.
@@ -75,6 +78,7 @@ where
     empty: bool,
     marker: Option<Marker>,
     initial_bytes: Option<u64>,
+    stalled: bool,
     on_end: Option<F>,
 }
 
@@ -87,6 +91,7 @@ impl<B: Body, F: FnOnce(Tally)> CountedBody<B, F> {
             started,
             marker: None,
             initial_bytes: None,
+            stalled: false,
             on_end: Some(on_end),
         }
     }
@@ -109,6 +114,7 @@ impl<B, F: FnOnce(Tally)> CountedBody<B, F> {
                 completion,
                 elapsed: self.started.elapsed(),
                 initial_bytes: self.initial_bytes,
+                stalled: self.stalled,
             });
         }
     }
@@ -117,6 +123,7 @@ impl<B, F: FnOnce(Tally)> CountedBody<B, F> {
 impl<B, F> Body for CountedBody<B, F>
 where
     B: Body<Data = Bytes> + Unpin,
+    B::Error: std::error::Error + 'static,
     F: FnOnce(Tally) + Unpin,
 {
     type Data = Bytes;
@@ -144,6 +151,7 @@ where
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
+                this.stalled = crate::forward::is_stall(&e);
                 this.finish(Completion::Error);
                 Poll::Ready(Some(Err(e)))
             }

@@ -20,7 +20,7 @@ use crate::config;
 use crate::context::RequestCtx;
 use crate::enforce::decision::{actual_charge, actual_read};
 use crate::forward::Forwarded;
-use crate::metrics::{DirectionLabel, Metrics, SourceLabel, VerbCode};
+use crate::metrics::{DirectionLabel, Metrics, PhaseLabel, SourceLabel, VerbCode};
 use crate::pattern::PatternKey;
 use crate::predict::{Completion, Outcome, PatternStore, Prediction};
 use crate::status::{ErrorSource, ProxyError};
@@ -92,7 +92,8 @@ impl Observer {
         } else {
             counted
         };
-        with_lane(Response::from_parts(parts, counted.boxed()), lane)
+        let body = counted.map_err(crate::BoxError::from).boxed();
+        with_lane(Response::from_parts(parts, body), lane)
     }
 
     /// The response ended: learn, settle the quota debit, export.
@@ -112,7 +113,17 @@ impl Observer {
         m.inflight.dec();
         let code =
             StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        self.count(&e.verb, code, outcome.bytes);
+        // A body the upstream stalled is what a 504 is, whatever its headers said.
+        let counted_code = if tally.stalled {
+            tracing::warn!(pattern = %e.key, status = code.as_u16(), bytes = outcome.bytes, "upstream response stalled: stream ended");
+            m.upstream_stalls
+                .get_or_create(&PhaseLabel { phase: "body" })
+                .inc();
+            StatusCode::GATEWAY_TIMEOUT
+        } else {
+            code
+        };
+        self.count(&e.verb, counted_code, outcome.bytes);
         // The upstream cut the body short (reset, closed mid-stream): the client got its
         // status, then a broken body; that is an upstream error as much as a 502 is.
         if outcome.completion == Completion::Error {
@@ -186,6 +197,13 @@ impl Observer {
     /// A request tollgate answered itself with an error: the response, counted.
     pub fn answered(&self, verb: Option<Verb>, e: ProxyError) -> Response<Body> {
         tracing::debug!(error = %e, "answered by tollgate");
+        if let ProxyError::Timeout { upstream, seconds } = &e {
+            tracing::warn!(%upstream, seconds, "upstream sent no response headers in time");
+            self.metrics
+                .upstream_stalls
+                .get_or_create(&PhaseLabel { phase: "headers" })
+                .inc();
+        }
         let resp = e.to_response();
         let verb = verb.map_or("unknown", Verb::as_str);
         let m = &self.metrics;
