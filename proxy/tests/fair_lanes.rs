@@ -79,6 +79,7 @@ async fn well_behaved_is_served(tg: &Running, what: &str) {
             .await
             .unwrap();
         let took = started.elapsed();
+        eprintln!("{what}: GET {i}: {} after {took:?}", resp.status());
         assert_eq!(
             resp.status(),
             StatusCode::OK,

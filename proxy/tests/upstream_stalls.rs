@@ -144,6 +144,7 @@ async fn stalls_are_bounded_and_counted(alpn: &'static [u8]) {
     ];
     for (path, bound) in no_headers {
         let (status, head, body, _) = exchange(&tg, path).await;
+        eprintln!("{proto} no headers {path}: {status} after {head:?} (bound {bound} s)");
         assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{proto} {path}");
         let bound = Duration::from_secs_f64(bound);
         assert!(
@@ -166,6 +167,7 @@ async fn stalls_are_bounded_and_counted(alpn: &'static [u8]) {
     ];
     for (path, bound, _) in stalled {
         let (status, head, body, end) = exchange(&tg, path).await;
+        eprintln!("{proto} stalled body {path}: {status} head after {head:?}, cut {} after {end:?} (bound {bound} s)", body.is_err());
         assert_eq!(status, StatusCode::OK, "{proto} {path}: the head came");
         assert!(
             head < Duration::from_secs(1),
@@ -315,6 +317,7 @@ async fn a_watch_on_a_dead_http2_connection_ends_by_the_pings() {
         .expect("the watch ended within 10 s of its connection going dead");
     assert!(end.is_err(), "the watch is cut, not ended cleanly");
     let took = started.elapsed();
+    eprintln!("dead HTTP/2 connection: the watch cut {took:?} after it froze");
     assert!(
         took < Duration::from_secs(4),
         "ended {took:?} after the connection went dead"

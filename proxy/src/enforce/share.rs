@@ -25,7 +25,9 @@
 //! (ordinary requests are bounded by `timeouts.requestSeconds`; long-running
 //! ones release their slot when their response starts). Two flows arriving
 //! one after the other leave `L − share(1) − share(2)` (a sixth of the lane)
-//! free; ten arriving together leave `L − 10·share(11)`. Shares compare
+//! free; ten arriving together leave `L − 10·share(11)`; but three or more
+//! that each hold every slot they get, arriving one after the other, can
+//! fill the lane until their requests end. Shares compare
 //! only requests, not their cost or duration, as the apiserver's own flow
 //! control counts seats.
 //!
