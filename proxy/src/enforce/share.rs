@@ -12,8 +12,13 @@
 //! — an equal part of the lane for each flow present *and one more*, so a
 //! flow that arrives finds a slot free at once instead of waiting for one
 //! to be released; `maxFlowShare` (½ by default) caps a flow that is alone.
-//! A request of a flow under its share takes a free slot at once; else it
-//! waits in its flow's FIFO. A freed slot goes to the next waiting flow, in
+//! A flow already holding a slot takes another only if `share(n)` slots
+//! stay free after it (a flow holding none may take any free slot): with
+//! every flow at its share that is always so (`L − n·share(n) ≥ share(n)`),
+//! so it costs nothing then, but flows that came early and hold more than
+//! today's share cannot squeeze the lane shut on later ones. A request of
+//! a flow that may take a slot takes a free one at once; else it waits in
+//! its flow's FIFO. A freed slot goes to the next waiting flow, in
 //! round robin (deficit round robin with every request costing one), that
 //! is under its share: a flow over it is passed over and keeps its place.
 //! So waiting flows are served one request per turn, and N flows cannot
@@ -23,11 +28,12 @@
 //! What it cannot do: take back slots already held. A flow that came when
 //! the lane was quiet holds up to `share(1)` until its requests end
 //! (ordinary requests are bounded by `timeouts.requestSeconds`; long-running
-//! ones release their slot when their response starts). Two flows arriving
-//! one after the other leave `L − share(1) − share(2)` (a sixth of the lane)
-//! free; ten arriving together leave `L − 10·share(11)`; but three or more
-//! that each hold every slot they get, arriving one after the other, can
-//! fill the lane until their requests end. Shares compare
+//! ones release their slot when their response starts). Flows that hold
+//! every slot they get leave, arriving one after the other, about a share
+//! of the flows present free (ten in a lane of 40 leave one slot, two in a
+//! lane of 12 leave four), less a slot for each flow arriving when a share
+//! is all that is left: with more such flows than that the lane fills until
+//! their requests end. Shares compare
 //! only requests, not their cost or duration, as the apiserver's own flow
 //! control counts seats.
 //!
@@ -154,6 +160,17 @@ impl<W: Waiting> FairSlots<W> {
         self.limits.limit == 0 || self.inflight < self.limits.limit
     }
 
+    /// May `flow` take one more slot (room aside): under its share, and,
+    /// if it holds any, leaving a share free for the next flow.
+    pub fn may_take(&self, flow: u64) -> bool {
+        if self.limits.limit == 0 {
+            return true;
+        }
+        let (held, share) = (self.held(flow), self.share_of(flow));
+        let free_after = self.limits.limit.saturating_sub(self.inflight + 1);
+        held < share && (held == 0 || free_after >= share)
+    }
+
     /// What `flow` may hold now.
     pub fn share_of(&self, flow: u64) -> usize {
         let counted = self.flows.get(&flow).is_some_and(FlowState::present);
@@ -196,7 +213,7 @@ impl<W: Waiting> FairSlots<W> {
         if !self.room() {
             return false;
         }
-        if flow != NO_FLOW && (self.depth(flow) > 0 || self.held(flow) >= self.share_of(flow)) {
+        if flow != NO_FLOW && (self.depth(flow) > 0 || !self.may_take(flow)) {
             return false;
         }
         self.count(flow);
@@ -287,7 +304,7 @@ impl<W: Waiting> FairSlots<W> {
                 self.with_flow(flow, |f| f.in_turn = false);
                 continue;
             }
-            if self.held(flow) >= self.share_of(flow) {
+            if !self.may_take(flow) {
                 self.turn.push_back(flow);
                 passed += 1;
                 continue;
@@ -364,7 +381,7 @@ mod tests {
     }
 
     /// Two flows that hold what they get and never give it back, one after
-    /// the other: the lane keeps slots for a third, served at once (with a
+    /// the other: the lane keeps slots for others, served at once (with a
     /// cap of half the lane per flow, the two took it all).
     #[test]
     fn two_greedy_flows_leave_slots_free() {
@@ -376,10 +393,28 @@ mod tests {
                 }
             }
         }
-        assert_eq!((s.held(1), s.held(2)), (6, 4));
-        assert!(s.try_now(3), "a third flow at once");
-        assert!(s.try_now(4), "and a fourth");
+        // The second leaves its share of ⌊12/3⌋ = 4 free.
+        assert_eq!((s.held(1), s.held(2)), (6, 2));
+        for flow in 3..=6 {
+            assert!(s.try_now(flow), "flow {flow} at once");
+        }
         assert_eq!(s.inflight(), 12);
+    }
+
+    /// Ten flows that hold what they get, one after the other: an
+    /// eleventh still finds a slot at once.
+    #[test]
+    fn ten_greedy_flows_one_after_the_other_leave_a_slot() {
+        let mut s: FairSlots<W> = FairSlots::new(limits(40, 20));
+        for flow in 1..=10 {
+            for i in 0..30 {
+                if !s.try_now(flow) {
+                    s.enqueue(flow, w(i)).expect("room to wait");
+                }
+            }
+        }
+        assert_eq!(s.held(1), 20);
+        assert!(s.try_now(11), "{} held", s.inflight());
     }
 
     /// Ten flows flooding together (round after round of requests) hold
@@ -490,8 +525,9 @@ mod tests {
     proptest! {
         /// Whatever flows ask, end and leave: the lane is never over its
         /// limit; no grant (at once or from a queue) takes a flow past
-        /// its share of the flows present at that moment; a free slot is
-        /// never left while a flow under its share waits; each flow is
+        /// its share of the flows present at that moment, nor a flow
+        /// holding a slot into the last share of the lane; a free slot is
+        /// never left while a flow that may take it waits; each flow is
         /// served in its own order; the counts add up.
         #[test]
         fn no_flow_gets_more_than_its_share_while_others_wait(
@@ -511,8 +547,11 @@ mod tests {
                 match op {
                     Op::Ask(flow) => {
                         let share = s.share_of(flow);
+                        let before = held.iter().filter(|&&f| f == flow).count();
                         if s.try_now(flow) {
                             prop_assert!(s.held(flow) <= share, "at once past the share");
+                            prop_assert!(before == 0 || limit - held.len() > share,
+                                "flow {} holding {} took one of the last {} slots at once", flow, before, share);
                             held.push(flow);
                         } else {
                             next_id += 1;
@@ -541,8 +580,12 @@ mod tests {
                         .filter(|f| held.contains(f) || waiting.get(f).is_some_and(|q| !q.is_empty()))
                         .count();
                     let before = held.iter().filter(|&&f| f == flow).count();
-                    prop_assert!(before < l.share(present),
-                        "flow {} granted its slot {} of a share of {}", flow, before + 1, l.share(present));
+                    let share = l.share(present);
+                    prop_assert!(before < share,
+                        "flow {} granted its slot {} of a share of {}", flow, before + 1, share);
+                    let free_after = limit - held.len() - 1;
+                    prop_assert!(before == 0 || free_after >= share,
+                        "flow {} holding {} took one of the last {} slots", flow, before, share);
                     let q = waiting.get_mut(&flow).expect("a waiter of this flow");
                     let front = q.pop_front().expect("one waits");
                     prop_assert_eq!(front.0, waiter.0, "served in its own order");
@@ -558,8 +601,10 @@ mod tests {
                     prop_assert_eq!(s.held(flow), n);
                     let waits = waiting.get(&flow).is_some_and(|q| !q.is_empty());
                     if s.inflight() < limit && waits {
-                        prop_assert!(s.held(flow) >= s.share_of(flow),
-                            "slot free while flow {} waits under its share", flow);
+                        let (h, share) = (s.held(flow), s.share_of(flow));
+                        let free_after = limit - s.inflight() - 1;
+                        prop_assert!(h >= share || (h > 0 && free_after < share),
+                            "slot free while flow {} waits and may take it", flow);
                     }
                 }
             }
