@@ -14,6 +14,7 @@
 #                           --front-proxy-cert/-key, --upstream-ca, --upstream-client-cert/-key);
 #             tollgate-1w   the same with TOKIO_WORKER_THREADS=1;
 #             tollgate-h1up the same with one worker and `upstream.lightProtocol: http1` (tuned);
+#             tollgate-base the default configuration of an earlier build, BASE_BIN (before/after);
 #             minproxy      bench/src/bin/minproxy.rs, TLS both sides, nothing else;
 #             nginx, haproxy          default production shape: `worker_processes auto`, HAProxy's
 #                                     default threads (one per core);
@@ -38,6 +39,9 @@
 # Instructions are user space only: the kernel's share (syscalls, TCP) is not in them. Throughput and latency under valgrind mean
 # nothing and are not reported in that mode. CALLGRIND_KEEP=dir keeps the dumps (annotate them with
 # `callgrind_annotate --inclusive=yes FILE`).
+# COUNT=syscalls: strace -c attached to the proxy's processes during each run: system calls per
+# request (the kernel's share, which instruction counts leave out); strace slows the proxy, so
+# only the count means anything.
 # BIG=1: then BIG_GETS downloads of BIG_MB through each proxy (curl, HTTP/1.1), cost per GB.
 # LATENCY=1 (COUNT=cpu): loadgen open loop at half the better peer's loadgen-h1 saturation rate
 # (h1 and h2), against the upstream directly and through each proxy: p50/p99 added.
@@ -45,19 +49,22 @@
 # Environment (defaults): DRIVERS="wrk-c32 wrk-c256 h2load-c32 h2load-c256 loadgen-h1 loadgen-h2"
 #   PROXIES="tollgate tollgate-1w tollgate-h1up minproxy nginx nginx-1w haproxy haproxy-1w"
 #   ROUNDS=3 DURATION=5 WARM=1 (callgrind: 20 and 5) OFFERED=40000 INFLIGHT=32 BIG=1 BIG_MB=200 BIG_GETS=2 LATENCY=1
-#   LAT_DURATION=8 TLS=1 PIN= (pin every proxy to this CPU) SKIP_BUILD= BIN_DIR=target/release
-#   RESULTS=- (print only; a path writes the section "Cost per request as users measure it")
+#   LAT_DURATION=8 TLS=1 KEY=rsa|ec PIN= (pin every proxy to this CPU) SKIP_BUILD= BIN_DIR=target/release
+#   RESULTS=- (print only; a path writes the section "Cost per request as users measure it",
+#   keeping the "###" subsections written by hand under it)
 # Loopback only; everything it starts is killed by pid on exit.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 COUNT=${COUNT:-cpu}
 read -r -a DRIVERS <<<"${DRIVERS:-wrk-c32 wrk-c256 h2load-c32 h2load-c256 loadgen-h1 loadgen-h2}"
+# DRIVERS=none: only the per-GB downloads (BIG=1).
+[[ ${DRIVERS[*]} != none ]] || DRIVERS=()
 read -r -a PROXIES <<<"${PROXIES:-tollgate tollgate-1w tollgate-h1up minproxy nginx nginx-1w haproxy haproxy-1w}"
 ROUNDS=${ROUNDS:-3}
 # Under valgrind a proxy serves ~50 times slower: longer runs amortize each run's TLS handshakes
 # (every driver run opens its connections anew, as users' runs do).
-if [[ ${COUNT:-cpu} == cpu ]]; then DURATION=${DURATION:-5} WARM=${WARM:-1}; else DURATION=${DURATION:-20} WARM=${WARM:-5} SHORT=${SHORT:-5}; fi
+if [[ ${COUNT:-cpu} != callgrind ]]; then DURATION=${DURATION:-5} WARM=${WARM:-1} KEY=${KEY:-rsa}; else DURATION=${DURATION:-20} WARM=${WARM:-5} SHORT=${SHORT:-8} KEY=${KEY:-ec}; fi
 OFFERED=${OFFERED:-40000}
 INFLIGHT=${INFLIGHT:-32}
 BIG=${BIG:-1}
@@ -70,8 +77,9 @@ PIN=${PIN:-}
 RESULTS=${RESULTS:--}
 SMALL_PATH=/api/v1/namespaces/default/pods/loadgen-pod-0
 BIG_PATH=/api/v1/configmaps
-case $COUNT in cpu | callgrind) ;; *) echo "cost-bench: COUNT=cpu|callgrind" >&2; exit 64 ;; esac
+case $COUNT in cpu | callgrind | syscalls) ;; *) echo "cost-bench: COUNT=cpu|callgrind|syscalls" >&2; exit 64 ;; esac
 [[ $COUNT == cpu ]] || LATENCY=0
+[[ $COUNT != syscalls ]] || BIG=0
 
 BENCH=cost-bench
 # shellcheck source=lib.sh
@@ -82,12 +90,14 @@ done
 for d in "${DRIVERS[@]}"; do
     case $d in
     wrk-c*) command -v wrk >/dev/null || die "wrk is missing (apt-get install -y wrk)" ;;
-    h2load-c*) command -v h2load >/dev/null || die "h2load is missing (apt-get install -y nghttp2-client)" ;;
+    h2load-c*) ((TLS)) || die "plain HTTP (TLS=0): wrk and loadgen-h1 only"
+        command -v h2load >/dev/null || die "h2load is missing (apt-get install -y nghttp2-client)" ;;
     loadgen-h1 | loadgen-h2) ;;
     *) die "unknown driver $d" ;;
     esac
 done
-[[ $COUNT == cpu ]] || command -v valgrind >/dev/null || die "COUNT=callgrind needs valgrind"
+[[ $COUNT != callgrind ]] || command -v valgrind >/dev/null || die "COUNT=callgrind needs valgrind"
+[[ $COUNT != syscalls ]] || command -v strace >/dev/null || die "COUNT=syscalls needs strace"
 CLK_TCK=$(getconf CLK_TCK)
 bench_init
 
@@ -98,6 +108,7 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
 fi
 BIN_DIR=${BIN_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
 NEEDED=()
+[[ " ${PROXIES[*]} " != *" tollgate-base "* || -x ${BASE_BIN:-} ]] || die "tollgate-base needs BASE_BIN=path of an earlier tollgate build"
 for p in "${PROXIES[@]}"; do case $p in tollgate*) NEEDED+=(tollgate) ;; minproxy) NEEDED+=(minproxy) ;; esac; done
 [[ "${DRIVERS[*]} $LATENCY" != *loadgen* && $LATENCY == 0 ]] || NEEDED+=(loadgen)
 for b in "${NEEDED[@]}"; do [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b is missing: run without SKIP_BUILD"; done
@@ -105,11 +116,15 @@ for b in "${NEEDED[@]}"; do [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b is missing:
 # --- certificates (as tls-bench.sh: serving, client and front-proxy CAs, RSA 2048) ------------
 PKI=$TMP/pki
 mkdir -p "$PKI"
-ca() { openssl req -x509 -new -nodes -newkey rsa:2048 -days 2 -subj "/CN=$2" \
+# KEY=rsa (kubeadm's RSA 2048; the default) or ec (P-256; COUNT=callgrind's default: under valgrind
+# an RSA signature takes ~10 M instructions, so a run's handshakes would not be done within the
+# short run and leak into the marginal cost; key types change handshakes, not requests).
+if [[ $KEY == ec ]]; then NEWKEY=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1); else NEWKEY=(-newkey rsa:2048); fi
+ca() { openssl req -x509 -new -nodes "${NEWKEY[@]}" -days 2 -subj "/CN=$2" \
     -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
     -keyout "$PKI/$1.key" -out "$PKI/$1.crt" 2>/dev/null; }
 leaf() { # leaf NAME CA SUBJECT EXTENSIONS
-    openssl req -new -nodes -newkey rsa:2048 -subj "$3" -keyout "$PKI/$1.key" -out "$PKI/$1.csr" 2>/dev/null
+    openssl req -new -nodes "${NEWKEY[@]}" -subj "$3" -keyout "$PKI/$1.key" -out "$PKI/$1.csr" 2>/dev/null
     printf '%b\n' "$4" >"$PKI/$1.ext"
     openssl x509 -req -in "$PKI/$1.csr" -CA "$PKI/$2.crt" -CAkey "$PKI/$2.key" -CAcreateserial \
         -days 2 -extfile "$PKI/$1.ext" -out "$PKI/$1.crt" 2>/dev/null
@@ -170,7 +185,7 @@ PIN_CMD=()
 [[ -z "$PIN" ]] || PIN_CMD=(taskset -c "$PIN")
 # Under COUNT=callgrind every proxy runs inside valgrind (children traced: nginx's workers).
 VG=()
-[[ $COUNT == cpu ]] || VG=(valgrind --tool=callgrind --dump-instr=no --trace-children=yes
+[[ $COUNT != callgrind ]] || VG=(valgrind --tool=callgrind --dump-instr=no --trace-children=yes
     "--callgrind-out-file=$TMP/cg/%p.out")
 # nginx's workers run as an unprivileged user: they write their dumps there too.
 mkdir -p "$TMP/cg"
@@ -184,7 +199,7 @@ start_tollgate() { # start_tollgate NAME WORKERS(""=default) CONFIG
         --front-proxy-cert "$PKI/front-proxy.crt" --front-proxy-key "$PKI/front-proxy.key"
         --upstream-client-cert "$PKI/front-proxy.crt" --upstream-client-key "$PKI/front-proxy.key")
     [[ -z $3 ]] || tls+=(--config "$3")
-    env "${env[@]}" "${PIN_CMD[@]}" "${VG[@]}" "$BIN_DIR/tollgate" --listen 127.0.0.1:0 \
+    env "${env[@]}" "${PIN_CMD[@]}" "${VG[@]}" "${TOLLGATE:-$BIN_DIR/tollgate}" --listen 127.0.0.1:0 \
         --admin-listen 127.0.0.1:0 --upstream "$UPSTREAM" "${tls[@]}" >"$TMP/$1.out" 2>"$TMP/$1.err" &
     PIDS+=($!)
     PID[$1]=${PIDS[-1]}
@@ -236,7 +251,7 @@ start_nginx() { # start_nginx NAME WORKERS
     sed -i "s/^worker_processes 1;/worker_processes $2;/" "$dir/nginx.conf"
     # Under valgrind the workers stay root: callgrind_control cannot reach a process that
     # changed its user after valgrind made its control pipes.
-    [[ $COUNT == cpu || $(id -u) != 0 ]] || sed -i "1i user root;" "$dir/nginx.conf"
+    [[ $COUNT != callgrind || $(id -u) != 0 ]] || sed -i "1i user root;" "$dir/nginx.conf"
     "${PIN_CMD[@]}" "${VG[@]}" nginx -p "$dir" -c "$dir/nginx.conf" >"$dir/logs/stdout" 2>&1 &
     PIDS+=($!)
     PID[$1]=${PIDS[-1]}
@@ -283,6 +298,7 @@ EOF
 for p in "${PROXIES[@]}"; do
     case $p in
     tollgate) start_tollgate "$p" "" "" ;;
+    tollgate-base) TOLLGATE=$BASE_BIN start_tollgate "$p" "" "" ;;
     tollgate-1w) start_tollgate "$p" 1 "" ;;
     tollgate-h1up) start_tollgate "$p" 1 "$TMP/h1up.yaml" ;;
     minproxy) start_minproxy ;;
@@ -307,8 +323,10 @@ cpu_ticks() { # cpu_ticks NAME
 }
 for p in "${PROXIES[@]}"; do
     for _ in $(seq 600); do curl -sf "${CURL_TLS[@]}" -o /dev/null "${URL[$p]}$SMALL_PATH" && break; sleep 0.1; done
-    for v in --http1.1 --http2; do
-        [[ $v == --http2 && $TLS == 0 ]] && v=--http2-prior-knowledge
+    # Plain HTTP: HTTP/1.1 only (nginx and HAProxy speak h2c only when told to).
+    vs=(--http1.1 --http2)
+    ((TLS)) || vs=(--http1.1)
+    for v in "${vs[@]}"; do
         got=$(curl -sf "${CURL_TLS[@]}" "$v" "${URL[$p]}$SMALL_PATH" | md5sum) || true
         [[ "$got" == "$SMALL_MD5" ]] || die "$p does not forward the small GET ($v); see $TMP"
     done
@@ -410,6 +428,19 @@ for r in $(seq "$ROUNDS"); do
                 t0=$(cpu_ticks "$p")
                 drive "$p" "$d" "$DURATION" "$TMP/run.$p.$d.$r"
                 c=$(($(cpu_ticks "$p") - t0))
+            elif [[ $COUNT == syscalls ]]; then
+                # strace attached to every thread for the run: the kernel's share, which
+                # instruction counts leave out, as system calls per request.
+                args=()
+                for pid in $(procs "$p"); do args+=(-p "$pid"); done
+                strace -c -f -o "$TMP/strace.$p.$d.$r" "${args[@]}" 2>/dev/null &
+                st=$!
+                sleep 1
+                drive "$p" "$d" "$DURATION" "$TMP/run.$p.$d.$r"
+                kill -INT "$st"
+                wait "$st" || true
+                c=$(awk '$NF == "total" {print $(NF - 2)}' "$TMP/strace.$p.$d.$r")
+                [[ -n $c ]] || die "no strace summary for $p"
             else
                 # The marginal cost: a short run, then a long one, each opening its connections
                 # anew; their difference is requests without handshakes, whose RSA signatures
@@ -432,7 +463,7 @@ for r in $(seq "$ROUNDS"); do
             RATES[$p.$d]="${RATES[$p.$d]:-}${RATES[$p.$d]:+ }$RATE"
             P50S[$p.$d]="${P50S[$p.$d]:-}${P50S[$p.$d]:+ }$(to_ms "$P50")"
             P99S[$p.$d]="${P99S[$p.$d]:-}${P99S[$p.$d]:+ }$(to_ms "$P99")"
-            log "round $r $d $p: $DONE requests ($RATE/s), $c $([[ $COUNT == cpu ]] && echo ticks || echo instructions)"
+            log "round $r $d $p: $DONE requests ($RATE/s), $c $(case $COUNT in cpu) echo ticks ;; callgrind) echo instructions ;; *) echo system calls ;; esac)"
         done
     done
 done
@@ -496,10 +527,10 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 # --- the table ---------------------------------------------------------------------------------
 per_req() { # per_req NAME DRIVER: µs of CPU or instructions per request
     awk -v c="${C[$1.$2]}" -v n="${N[$1.$2]}" -v hz="$CLK_TCK" -v cpu="$([[ $COUNT == cpu ]] && echo 1 || echo 0)" \
-        'BEGIN {if (cpu) printf "%.1f", c / hz / n * 1e6; else printf "%.0f", c / n}'
+        'BEGIN {if (cpu) printf "%.1f", c / hz / n * 1e6; else if (c / n < 100) printf "%.2f", c / n; else printf "%.0f", c / n}'
 }
 has() { [[ -n "${PID[$1]:-}" ]]; }
-unit=$([[ $COUNT == cpu ]] && echo "µs CPU" || echo "instructions")
+unit=$(case $COUNT in cpu) echo "µs CPU" ;; callgrind) echo "instructions" ;; *) echo "system calls" ;; esac)
 H="| proxy |"
 SEP="|---|"
 for d in "${DRIVERS[@]}"; do H="$H $d |"; SEP="$SEP---|"; done
@@ -519,7 +550,7 @@ for p in "${PROXIES[@]}"; do
             [[ -z $best ]] || awk -v a="$b" -v b="$best" 'BEGIN {exit !(a < b)}' && best=$b
         done
         hs=""
-        [[ $COUNT == cpu ]] || hs="; $(awk -v c="${WITH_HS[$p.$d]}" -v n="${WITH_HS_N[$p.$d]}" 'BEGIN {printf "%.0f", c / n}') with handshakes"
+        [[ $COUNT != callgrind ]] || hs="; $(awk -v c="${WITH_HS[$p.$d]}" -v n="${WITH_HS_N[$p.$d]}" 'BEGIN {printf "%.0f", c / n}') with handshakes"
         row="$row $v${best:+ ($(awk -v a="$v" -v b="$best" 'BEGIN {printf "%.2f", a / b}')×)}$hs |"
     done
     ((BIG)) && row="$row ${GB[$p]} |"
@@ -559,13 +590,32 @@ CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 SECTION="## Cost per request as users measure it (issue 36)
 
 \`COUNT=$COUNT TLS=$TLS ROUNDS=$ROUNDS DURATION=$DURATION DRIVERS=\"${DRIVERS[*]}\" PROXIES=\"${PROXIES[*]}\" bash bench/scripts/cost-bench.sh\`
-(OFFERED=$OFFERED/s, INFLIGHT=$INFLIGHT, BIG_MB=$BIG_MB × $BIG_GETS${PIN:+, PIN=$PIN}), release builds, run $(date -u +%Y-%m-%dT%H:%MZ)
+(WARM=$WARM${SHORT:+, SHORT=$SHORT}, KEY=$KEY, OFFERED=$OFFERED/s, INFLIGHT=$INFLIGHT$( ((BIG)) && echo ", BIG_MB=$BIG_MB × $BIG_GETS")${PIN:+, PIN=$PIN}), release builds, run $(date -u +%Y-%m-%dT%H:%MZ)
 in ${ELAPSED}s on $(nproc) cores ($CPU_MODEL): load average $LOAD_BEFORE before, $LOAD_AFTER after.
 $(nginx -v 2>&1 | sed 's/.*: //'), HAProxy $(haproxy -v | awk 'NR == 1 {print $3}'), $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}'), $(h2load --version 2>&1 | head -1).
 
 $TABLE"
 echo "$SECTION"
 if [[ $RESULTS != - ]]; then
+    # Follow-ups written by hand under the section ("### …") stay.
+    kept=$(python3 - "$RESULTS" <<'PY'
+import sys
+try:
+    text = open(sys.argv[1]).read()
+except FileNotFoundError:
+    sys.exit(0)
+start = text.find("## Cost per request as users measure it (issue 36)\n")
+if start >= 0:
+    end = text.find("\n## ", start + 1)
+    body = text[start:] if end < 0 else text[start:end + 1]
+    first = body.find("\n### ")
+    if first >= 0:
+        print(body[first + 1:].rstrip("\n"))
+PY
+    )
+    [[ -z "$kept" ]] || SECTION="$SECTION
+
+$kept"
     write_section "$RESULTS" "$SECTION"
     log "written to $RESULTS"
 fi
