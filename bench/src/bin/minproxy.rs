@@ -65,6 +65,11 @@ struct Args {
     /// the handshake [default: none, no client certificates]
     #[arg(long, requires = "tls_cert")]
     client_ca: Option<PathBuf>,
+    /// With --client-ca: clients without a certificate are served too (as nginx's
+    /// `ssl_verify_client optional`, for drivers that cannot present one, e.g. wrk)
+    /// [default: off, a certificate is required]
+    #[arg(long, requires = "client_ca")]
+    client_ca_optional: bool,
     /// CA (PEM) verifying an https:// upstream's certificate [default: none, required for https]
     #[arg(long)]
     upstream_ca: Option<PathBuf>,
@@ -92,6 +97,7 @@ fn main() -> anyhow::Result<()> {
             cert,
             key,
             args.client_ca.as_deref(),
+            args.client_ca_optional,
         )?))),
         _ => None,
     };
@@ -166,6 +172,7 @@ fn server_config(
     cert: &Path,
     key: &Path,
     client_ca: Option<&Path>,
+    optional: bool,
 ) -> anyhow::Result<ServerConfig> {
     let builder = ServerConfig::builder();
     let builder = match client_ca {
@@ -174,9 +181,11 @@ fn server_config(
             for cert in certs(ca)? {
                 roots.add(cert).context("--client-ca")?;
             }
-            let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
-                .build()
-                .context("--client-ca")?;
+            let mut verifier = WebPkiClientVerifier::builder(Arc::new(roots));
+            if optional {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier.build().context("--client-ca")?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),

@@ -250,17 +250,17 @@ fn refuse(
 
 /// The admit step's metrics: the decision, the wait, the debit.
 fn record(metrics: &Metrics, config: &Config, lane: Lane, key: &PatternKey, verdict: &Verdict) {
-    metrics
-        .decisions
-        .get_or_create(&DecisionLabel {
+    metrics.per_decision.inc(
+        metrics,
+        DecisionLabel {
             mode: config.mode.as_str(),
             lane: lane.as_str(),
             verb: key.verb.as_str(),
             consistency: key.consistency.map_or("none", |c| c.as_str()),
             decision: verdict.decision.as_str(),
             reason: verdict.reason.as_str(),
-        })
-        .inc();
+        },
+    );
     if verdict.decision == Decision::Queue {
         metrics
             .queue_wait

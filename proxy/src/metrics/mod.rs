@@ -29,7 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-pub use series::{PerClass, PerVerb};
+pub use series::{PerClass, PerDecision, PerVerb};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbCode {
@@ -204,6 +204,8 @@ pub struct Metrics {
     pub per_verb: PerVerb,
     /// Handles into `predicted_bytes`, `actual_bytes` and `prediction_ratio` per class.
     pub per_class: PerClass,
+    /// Handles into `decisions` per label set.
+    pub per_decision: PerDecision,
 }
 
 impl Metrics {
@@ -260,6 +262,7 @@ impl Metrics {
             build_info: Family::default(),
             per_verb: PerVerb::default(),
             per_class: PerClass::default(),
+            per_decision: PerDecision::default(),
         };
         // Units go through `register_with_unit`, which appends the unit to the name (so the
         // exported names end in `_seconds`, `_bytes`, `_ratio`, …) and writes OpenMetrics'

@@ -7,7 +7,7 @@ use apimodel::{ConsistencyClass, Verb};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::{ClassLabel, Metrics, VerbCode, VerbLabel};
+use super::{ClassLabel, DecisionLabel, Metrics, VerbCode, VerbLabel};
 use crate::pattern::PatternVerb;
 
 /// The series of `tollgate_requests` (200), `tollgate_response_bytes` and
@@ -171,5 +171,91 @@ impl PerClass {
                 .get_or_init(|| m.prediction_ratio.get_or_create(&class()).clone())
                 .observe(r);
         }
+    }
+}
+
+/// The series of `tollgate_decisions` (six labels: mode, lane, verb, consistency, decision,
+/// reason), each looked up in its family once: every admitted request counts one, and the
+/// family's lookup took its lock and hashed the six strings (SipHash) each time, ~1,000
+/// instructions a request (bench/RESULTS.md, issue 36). A slot is chosen by the labels'
+/// addresses (they are `&'static str`s) and holds the first label set that lands in it; a label
+/// set whose slot holds another one is looked up in the family as before. The series are the
+/// family's own (a clone shares it), created when first counted: the exported text is the same.
+#[derive(Debug)]
+pub struct PerDecision {
+    slots: [OnceLock<(DecisionLabel, Counter)>; PerDecision::SLOTS],
+}
+
+impl Default for PerDecision {
+    fn default() -> Self {
+        PerDecision {
+            slots: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+}
+
+impl PerDecision {
+    /// A workload meets a handful of label sets; 64 keeps collisions rare at 512 bytes.
+    const SLOTS: usize = 64;
+
+    fn index(l: &DecisionLabel) -> usize {
+        let mut h: u64 = 0;
+        for s in [l.mode, l.lane, l.verb, l.consistency, l.decision, l.reason] {
+            h = (h ^ s.as_ptr() as u64 ^ s.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+        (h >> 58) as usize % PerDecision::SLOTS
+    }
+
+    /// `tollgate_decisions{label}` + 1.
+    pub fn inc(&self, m: &Metrics, label: DecisionLabel) {
+        let slot = self.slots.get(Self::index(&label));
+        let cached = slot
+            .map(|s| s.get_or_init(|| (label.clone(), m.decisions.get_or_create(&label).clone())));
+        match cached {
+            Some((l, c)) if *l == label => c.inc(),
+            _ => m.decisions.get_or_create(&label).inc(),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::registry::Registry;
+
+    fn label(lane: &'static str, decision: &'static str) -> DecisionLabel {
+        DecisionLabel {
+            mode: "dryRun",
+            lane,
+            verb: "get",
+            consistency: "none",
+            decision,
+            reason: "light",
+        }
+    }
+
+    /// Every label set is counted in its own series of the family, whether it has a slot of its
+    /// own, shares one with another set (all 70 sets here cannot have one each), or not.
+    #[test]
+    fn decisions_counted_through_the_slots_land_in_their_series() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let lanes: Vec<&'static str> = (0..70)
+            .map(|i| &*Box::leak(format!("lane{i}").into_boxed_str()))
+            .collect();
+        for (i, lane) in lanes.iter().enumerate() {
+            for _ in 0..=i % 3 {
+                m.per_decision.inc(&m, label(lane, "admit"));
+            }
+        }
+        m.per_decision.inc(&m, label(lanes[0], "reject"));
+        for (i, lane) in lanes.iter().enumerate() {
+            let n = m.decisions.get_or_create(&label(lane, "admit")).get();
+            assert_eq!(n, (i % 3 + 1) as u64, "{lane}");
+        }
+        assert_eq!(
+            m.decisions.get_or_create(&label(lanes[0], "reject")).get(),
+            1
+        );
     }
 }
