@@ -214,9 +214,9 @@ pub fn run_tollgate(sc: &Scenario, quota: &Quota, seed: u64) -> Outcome {
                     e.1 += cost;
                 }
             };
-        for c in 0..sc.clients.len() {
-            while next[c] <= t {
-                next[c] = next_arrival(sc, c, next[c], &mut rng);
+        for (c, next_c) in next.iter_mut().enumerate() {
+            while *next_c <= t {
+                *next_c = next_arrival(sc, c, *next_c, &mut rng);
                 let cost = sc.clients[c].cost;
                 id += 1;
                 lane.refresh(s, now);
