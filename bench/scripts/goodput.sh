@@ -41,6 +41,14 @@
 #   VIAS="direct static-default adaptive search"   the runs after the baseline (a subset for a
 #                             quick look; the targets' check needs all of them)
 #   KUBE_APISERVER_TOOLS      the kube-apiserver scripts (default ../shared/tools/kube-apiserver)
+#   LIST_SHAPE=single         the storm's LISTs (bench/scripts/matrix.sh's cells):
+#                             single  one client, consistent LISTs of all pods at the storm rate;
+#                             mix     four kinds at a quarter of the rate each: namespace-scoped,
+#                                     label selector, resourceVersion=0 (the watch cache) across all
+#                                     namespaces, and paginated limit=500 with continue (one identity,
+#                                     test-user: the tools have one unprivileged user);
+#                             step    calm (a quarter of the rate) for a third of the run, the rate
+#                                     for a third, twice the rate for the last third
 set -euo pipefail
 
 BENCH=goodput
@@ -50,7 +58,7 @@ source "$ROOT/bench/scripts/lib.sh"
 
 # The command as run: every setting given in the environment, before the defaults fill in.
 COMMAND="bench/scripts/goodput.sh"
-for v in PLANES VIAS RUN_SECONDS SEARCH_STEPS REAL_PODS REAL_POD_BYTES REAL_NODES REAL_PATCH REAL_STORM \
+for v in LIST_SHAPE PLANES VIAS RUN_SECONDS SEARCH_STEPS REAL_PODS REAL_POD_BYTES REAL_NODES REAL_PATCH REAL_STORM \
     SIM_PODS SIM_POD_BYTES SIM_NODES SIM_PATCH SIM_STORM; do
     [[ -n "${!v+x}" ]] && COMMAND="$v=\"${!v}\" $COMMAND"
 done
@@ -69,10 +77,12 @@ SIM_POD_BYTES=${SIM_POD_BYTES:-2048}
 SIM_NODES=${SIM_NODES:-1000}
 SIM_PATCH=${SIM_PATCH:-100/s}
 SIM_STORM=${SIM_STORM:-180}
+LIST_SHAPE=${LIST_SHAPE:-single}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
 TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
 [[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
 
+[[ " $PLANES " == *" sim"* ]] || NEED_SIM=0
 release_binaries
 
 bench_init
@@ -251,9 +261,36 @@ run() {
     local hb=$!
     PIDS+=("$hb")
     if [[ $lists_rate != 0 ]]; then
-        "$LOADGEN_BIN" "${common[@]}" "${list_auth[@]}" --lists "$lists_rate/min" -A \
-            --list-rv consistent --timeout 60s --drain-timeout 30s --output "$d/lists" \
-            >"$d/lists.out" 2>"$d/lists.log" || log "$plane $name: the LIST loadgen failed; see $d/lists.log"
+        local lg=("$LOADGEN_BIN" "${common[@]}" "${list_auth[@]}" --timeout 60s --drain-timeout 30s)
+        case $LIST_SHAPE in
+        single)
+            "${lg[@]}" --lists "$lists_rate/min" -A --list-rv consistent --output "$d/lists" \
+                >"$d/lists.out" 2>"$d/lists.log" || log "$plane $name: the LIST loadgen failed; see $d/lists.log"
+            ;;
+        mix)
+            local q k=0 lpids=()
+            q=$(awk -v r="$lists_rate" 'BEGIN {printf "%.2f", r / 4}')
+            for kind in "-n default --list-rv consistent" "-A -l app.kubernetes.io/managed-by=loadgen --list-rv consistent" \
+                "-A --list-rv cache" "-A --list-rv consistent --list-limit 500"; do
+                k=$((k + 1))
+                # shellcheck disable=SC2086
+                "${lg[@]}" --lists "$q/min" $kind --output "$d/lists-$k" >"$d/lists-$k.out" 2>"$d/lists-$k.log" &
+                lpids+=($!)
+                PIDS+=($!)
+            done
+            for p in "${lpids[@]}"; do wait "$p" || log "$plane $name: a LIST loadgen failed; see $d/lists-*.log"; done
+            ;;
+        step)
+            local third=$((RUN_SECONDS / 3)) k=0
+            for r in "$(awk -v r="$lists_rate" 'BEGIN {printf "%.2f", r / 4}')" "$lists_rate" "$((lists_rate * 2))"; do
+                k=$((k + 1))
+                "$LOADGEN_BIN" --server "$target" --duration "${third}s" --no-progress "${list_auth[@]}" \
+                    --timeout 60s --drain-timeout 5s --lists "$r/min" -A --list-rv consistent --output "$d/lists-$k" \
+                    >"$d/lists-$k.out" 2>"$d/lists-$k.log" || log "$plane $name: a LIST loadgen failed; see $d/lists-$k.log"
+            done
+            ;;
+        *) die "unknown LIST_SHAPE $LIST_SHAPE (single, mix, step)" ;;
+        esac
     fi
     wait "$hb" || log "$plane $name: the heartbeat loadgen failed; see $d/hb.log"
     awk '{print $14 + $15}' "/proc/$UP_PID/stat" >"$d/ticks.after" 2>/dev/null || echo "" >"$d/ticks.after"
@@ -280,7 +317,17 @@ def op(sub, name):
         return {}
     return {o["name"]: o for o in s["operations"]}.get(name, {})
 p = op("hb", "patch")
-l = op("lists", "list")
+def lists():
+    # Every LIST loadgen of the run (lists/, or lists-1/... for the mix and the step).
+    agg = {"requests": 0, "status_codes": {}}
+    for sub in sorted(os.listdir(d)):
+        if sub == "lists" or sub.startswith("lists-") and os.path.isdir(os.path.join(d, sub)):
+            o = op(sub, "list")
+            agg["requests"] += o.get("requests", 0)
+            for c, n in o.get("status_codes", {}).items():
+                agg["status_codes"][c] = agg["status_codes"].get(c, 0) + n
+    return agg
+l = lists()
 # Failed heartbeats: every request not answered 2xx (transport errors have no status code).
 bad = p.get("requests", 0) - sum(n for c, n in p.get("status_codes", {}).items() if c.startswith("2"))
 print(f'P99={p.get("latency_ms", {}).get("p99", 1e9):.1f} HB_ERR={bad} '
@@ -363,7 +410,14 @@ rows = {}
 for line in open(os.path.join(tmp, "runs")):
     plane, name, via, rate, lists = line.split()
     d = os.path.join(tmp, f"{plane}-{name}")
-    p, l = op(d, "hb", "patch"), op(d, "lists", "list")
+    p = op(d, "hb", "patch")
+    l = {"requests": 0, "status_codes": {}}
+    for sub in sorted(os.listdir(d)):
+        if sub == "lists" or sub.startswith("lists-") and os.path.isdir(os.path.join(d, sub)):
+            o = op(d, sub, "list")
+            l["requests"] += o.get("requests", 0)
+            for c, n in o.get("status_codes", {}).items():
+                l["status_codes"][c] = l["status_codes"].get(c, 0) + n
     lat = p.get("latency_ms", {})
     try:
         t0, t1 = (float(open(os.path.join(d, f)).read().strip()) for f in ("ticks.before", "ticks.after"))

@@ -147,8 +147,10 @@ release_binaries() {
         (cd "$ROOT" && cargo build --release --locked -p bench -p tollgate -p loadgen \
             --bin tollgate-bench --bin tollgate --bin loadgen) >&2
     fi
-    local b
-    for b in "$SIM_BIN" "$TOLLGATE_BIN" "$LOADGEN_BIN"; do
+    local b bins=("$TOLLGATE_BIN" "$LOADGEN_BIN")
+    # NEED_SIM=0: a run on the real apiserver only needs no tollgate-bench.
+    [[ ${NEED_SIM:-1} == 0 ]] || bins+=("$SIM_BIN")
+    for b in "${bins[@]}"; do
         [[ -x $b ]] || die "$b is missing: build the release binaries first"
     done
 }

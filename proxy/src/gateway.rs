@@ -18,7 +18,9 @@ use crate::budget::shared::coordination::{SharedBudget, SharedView};
 use crate::config::{self, Config};
 use crate::enforce::lane::Lane;
 use crate::forward::{Tunnels, UpstreamPool};
-use crate::metrics::{CauseLabel, LaneLabel, Metrics, ResultLabel, UnitLabel, UpstreamLabel};
+use crate::metrics::{
+    CauseLabel, LaneLabel, Metrics, ReasonLabel, ResultLabel, UnitLabel, UpstreamLabel,
+};
 use crate::observe::Observer;
 use crate::predict::{PatternStore, PatternView};
 use crate::tls::serving::ServingCerts;
@@ -282,6 +284,10 @@ impl Gateway {
         m.budget_signal.set(b.p99_seconds.unwrap_or(f64::NAN));
         m.budget_target.set(b.target_seconds);
         m.budget_unlearned.set(b.unlearned_inflight as i64);
+        for (reason, n) in &b.decisions {
+            let c = m.budget_decisions.get_or_create(&ReasonLabel { reason });
+            c.inc_by(n.saturating_sub(c.get()));
+        }
         if let Some(shared) = &self.inner.shared {
             shared.update_metrics(&config.quota.global);
         }

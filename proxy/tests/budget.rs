@@ -210,7 +210,7 @@ async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down
 
     let cold = budget(&client, &tg).await;
     assert_eq!(cold["mode"], "adaptive");
-    assert_eq!(cold["controller"]["phase"], "slowStart");
+    assert_eq!(cold["controller"]["state"], "startup");
     let start_inflight = cold["inflightBytes"].as_f64().unwrap();
     // Healthy: the budget grows until the apiserver serves two LISTs at once.
     eventually("two LISTs at once", Duration::from_secs(60), || {
@@ -230,17 +230,17 @@ async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down
         .lock()
         .unwrap()
         .iter()
-        .map(|b| b["controller"]["levelBytes"].as_f64().unwrap())
+        .map(|b| b["controller"]["bytesPerSecond"].as_f64().unwrap())
         .fold(0.0, f64::max);
-    // The level falls to under half its peak, and the in-flight budget
-    // under its own (paced by the service time, it may have peaked near
-    // its 8 MiB floor, which it cannot go under).
+    // The rate falls to under half its peak (two cuts of 30%), and the
+    // in-flight budget under its own (paced by the service time, it may
+    // have peaked near its 8 MiB floor, which it cannot go under).
     let mut fell = false;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while tokio::time::Instant::now() < deadline {
         let b = budget(&client, &tg).await;
         if b["controller"]["decreases"].as_u64().unwrap() >= 1
-            && b["controller"]["levelBytes"].as_f64().unwrap() < peak_level / 2.0
+            && b["controller"]["bytesPerSecond"].as_f64().unwrap() < peak_level / 2.0
             && b["inflightBytes"].as_f64().unwrap() < peak
         {
             fell = true;
@@ -252,7 +252,7 @@ async fn in_flight_bytes_stay_bounded_and_the_budget_falls_when_probes_slow_down
     let last = budget(&client, &tg).await;
     assert!(
         fell,
-        "the level did not fall below half its peak {peak_level}, or the in-flight budget below its peak {peak}: {last}"
+        "the rate did not fall below half its peak {peak_level}, or the in-flight budget below its peak {peak}: {last}"
     );
 
     // The LISTs the apiserver held at once never passed what the largest

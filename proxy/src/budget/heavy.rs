@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::adaptive::{Action, Controller, ControllerView, Observation};
+use super::adaptive::{Controller, ControllerView, Decision, Observation, Reason};
 use super::inflight::InflightBudget;
 use super::settings::{
     Adaptive, Bounds, QuotaMode, DEFAULT_BURST_BYTES, DEFAULT_BYTES_PER_SECOND,
@@ -80,7 +80,9 @@ pub struct HeavyBudget {
     /// The largest predicted cost that waited (0: none).
     waiting: f64,
     upstream_errors: u64,
-    last: Option<(Option<Duration>, Duration, Action)>,
+    last: Option<(Option<Duration>, Duration)>,
+    /// Decisions taken so far, by reason ([`Reason::ALL`]'s order).
+    decisions: [u64; Reason::ALL.len()],
 }
 
 /// `/debug/budget`.
@@ -112,6 +114,9 @@ pub struct BudgetView {
     pub signal: SignalView,
     pub workload_signal: SignalView,
     pub controller: ControllerView,
+    /// Decisions so far by reason (the `tollgate_budget_decisions_total`
+    /// metric's labels).
+    pub decisions: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// The tail as `/debug/budget` shows it.
@@ -140,6 +145,7 @@ impl HeavyBudget {
             waiting: 0.0,
             upstream_errors: 0,
             last: None,
+            decisions: [0; Reason::ALL.len()],
         };
         b.inflight.set_budget(b.limits().inflight);
         b
@@ -281,9 +287,10 @@ impl HeavyBudget {
         }
     }
 
-    /// One controller step: returns what it did (static mode: nothing) and
-    /// the new limits to apply.
-    pub fn step(&mut self, now: Instant) -> (Option<Action>, Limits) {
+    /// One controller step: the decision, if an epoch ended (static mode:
+    /// none), and the new limits to apply. Each decision is logged at info
+    /// level with its reason and explanation, and counted by reason.
+    pub fn step(&mut self, now: Instant) -> (Option<Decision>, Limits) {
         let (source, p99, target) = self.signal(now);
         let window = self.inflight.take_window();
         let tail = self.tail(source, target, now);
@@ -298,31 +305,43 @@ impl HeavyBudget {
             waiting: std::mem::take(&mut self.waiting).max(window.blocked),
             upstream_errors: std::mem::take(&mut self.upstream_errors),
         };
-        let action = match self.mode {
-            QuotaMode::Adaptive => {
-                let a = self.controller.step(&o, now);
-                if a == Action::Decrease || a == Action::Increase {
-                    tracing::info!(
-                        action = ?a,
-                        p99_ms = p99.map(|p| p.as_secs_f64() * 1e3),
-                        target_ms = target.as_secs_f64() * 1e3,
-                        bytes_per_second = self.controller.rate() as u64,
-                        inflight_bytes = self.controller.inflight() as u64,
-                        "adaptive budget"
-                    );
-                }
-                Some(a)
-            }
+        let decision = match self.mode {
+            QuotaMode::Adaptive => self.controller.step(&o, now),
             QuotaMode::Static => None,
         };
-        self.last = Some((p99, target, action.unwrap_or(Action::HoldBound)));
+        if let Some(d) = decision {
+            if let Some(i) = Reason::ALL.iter().position(|r| *r == d.reason) {
+                self.decisions[i] += 1;
+            }
+            tracing::info!(
+                action = ?d.action,
+                reason = d.reason.as_str(),
+                state = ?d.state,
+                signal = source,
+                p99_ms = d.p99_seconds.map(|p| p * 1e3),
+                target_ms = d.target_seconds * 1e3,
+                bytes_per_second = d.rate_after as u64,
+                inflight_bytes = self.controller.inflight() as u64,
+                "adaptive budget: {}",
+                self.controller.explain()
+            );
+        }
+        self.last = Some((p99, target));
         let limits = self.limits();
-        (action, limits)
+        (decision, limits)
+    }
+
+    /// Decisions so far by reason.
+    pub fn decisions(&self) -> impl Iterator<Item = (Reason, u64)> + '_ {
+        Reason::ALL
+            .iter()
+            .copied()
+            .zip(self.decisions.iter().copied())
     }
 
     /// The last step's p99 and target.
     pub fn last_signal(&self) -> Option<(Option<Duration>, Duration)> {
-        self.last.map(|(p, t, _)| (p, t))
+        self.last
     }
 
     pub fn view(&mut self, now: Instant) -> BudgetView {
@@ -349,6 +368,7 @@ impl HeavyBudget {
             signal: self.signal.view(now),
             workload_signal: self.fallback.view(now),
             controller: self.controller.view(now),
+            decisions: self.decisions().map(|(r, n)| (r.as_str(), n)).collect(),
         }
     }
 }
@@ -452,19 +472,33 @@ mod tests {
             b.record_protected(ms(10), now - ms(10), now);
         }
         b.note_waited(33.0 * MB);
-        let (action, limits) = b.step(now);
+        // The epoch (2 s + the 1 s service time) ends at 3 s.
+        assert_eq!(b.step(now).0, None, "the epoch has not ended");
+        for _ in 0..20 {
+            now += ms(50);
+            b.record_protected(ms(10), now - ms(10), now);
+        }
+        b.note_waited(33.0 * MB);
+        let (decision, limits) = b.step(now);
+        let d = decision.expect("an epoch ended");
         assert_eq!(
-            action,
-            Some(Action::Increase),
-            "a LIST waited: slow start begins at one LIST at a time"
+            (d.action, d.reason),
+            (crate::budget::adaptive::Action::Increase, Reason::Clear),
+            "a LIST waited and the heartbeats are clear: startup doubles"
         );
-        // The LIST took 1 s: the in-flight budget is paced at twice what
-        // the rate keeps in flight, under the LIST (which still runs alone).
-        assert_eq!(limits.rate, 33.0 * MB / 4.0);
-        assert!((limits.inflight - 2.0 * 33.0 * MB / 4.0).abs() < 1.0);
+        // From the floor of the waiting LIST (33 MB per 30 s), doubled; the
+        // in-flight budget twice what that rate keeps in flight for 1 s,
+        // under the 8 MiB minimum.
+        assert!(
+            (limits.rate - 2.0 * 33.0 * MB / 30.0).abs() < 1.0,
+            "{limits:?}"
+        );
+        assert_eq!(limits.inflight, 8.0 * MB);
         assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
         let v = b.view(now);
         assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));
+        assert_eq!(v.decisions["clear"], 1);
+        assert!(v.controller.explanation.contains("grew"));
         let service = v.controller.service_seconds.expect("one LIST completed");
         assert!((service - 1.0).abs() < 1e-9, "{service}");
         assert_eq!((v.target_seconds, v.signal_source), (0.05, "protected"));

@@ -12,14 +12,23 @@
 //! - [`heavy`]: the three above together as admission holds them, with
 //!   what they learn between two controller steps; static or adaptive.
 //! - [`settings`]: `quota.mode`, `quota.inflightBytes`, `quota.adaptive`.
+//! - `plant`, `harness` (tests only): the apiserver as a seeded plant in
+//!   virtual time, and the heavy lane in closed loop in front of it; the
+//!   controller's properties are checked there over many seeds.
 //! - [`shared`]: the etcd-read part of heavy requests' cost, spent from a
 //!   share of one budget the tollgates of all masters lease through etcd
 //!   (`quota.global`).
 
 pub mod adaptive;
+#[cfg(test)]
+mod harness;
+#[cfg(test)]
+mod harness_tests;
 pub mod heavy;
 pub mod inflight;
 pub mod latencies;
+#[cfg(test)]
+mod plant;
 pub mod settings;
 pub mod shared;
 pub mod signal;

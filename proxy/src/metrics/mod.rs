@@ -186,6 +186,7 @@ pub struct Metrics {
     pub budget_signal: Gauge<f64, AtomicU64>,
     pub budget_target: Gauge<f64, AtomicU64>,
     pub budget_unlearned: Gauge,
+    pub budget_decisions: Family<ReasonLabel, Counter>,
     pub scrape_failures: Family<ReasonLabel, Counter>,
     /// Reads of `kube-system/extension-apiserver-authentication`, by result.
     pub requestheader_reads: Family<ResultLabel, Counter>,
@@ -249,6 +250,7 @@ impl Metrics {
             budget_signal: Gauge::default(),
             budget_target: Gauge::default(),
             budget_unlearned: Gauge::default(),
+            budget_decisions: Family::default(),
             scrape_failures: Family::default(),
             requestheader_reads: Family::default(),
             guard_triggers: Family::default(),
@@ -593,6 +595,11 @@ fn register_budget(m: &Metrics, r: &mut Registry) {
         "tollgate_budget_unlearned_patterns",
         "Unlearned heavy-looking patterns with their one request in flight",
         m.budget_unlearned.clone(),
+    );
+    r.register(
+        "tollgate_budget_decisions",
+        "The adaptive controller's decisions (one per epoch) by reason: clear, congested, upstreamErrors, band, idle, notOurs, draining, noSignal, ceiling, floor",
+        m.budget_decisions.clone(),
     );
     r.register(
         "tollgate_requestheader_reads",
