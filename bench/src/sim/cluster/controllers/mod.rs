@@ -18,11 +18,10 @@
 //! seen to go: objects whose owners never existed (the seeded pods name ReplicaSets that are
 //! not stored) are left alone.
 //!
-//! - [`cache`]: the view and its indexes.
-//! - [`replicas`]: ReplicaSets, ReplicationControllers and Jobs.
-//! - [`deployment`]: Deployments.
-//! - [`stateful`]: StatefulSets and DaemonSets.
-//! - [`common`]: pods from templates, owner references, status patches.
+//! The parts: [`cache`] (the view and its indexes), [`replicas`] (ReplicaSets,
+//! ReplicationControllers and Jobs), [`deployment`] (Deployments), [`stateful`]
+//! (StatefulSets and DaemonSets), [`common`] (pods from templates, owner references, status
+//! patches).
 
 pub mod cache;
 pub mod common;
