@@ -23,6 +23,7 @@ mod conformance;
 mod identity_headers;
 mod loadgen;
 mod proxy;
+mod served_as_real;
 mod stack;
 mod storm;
 

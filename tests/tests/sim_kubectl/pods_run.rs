@@ -9,7 +9,8 @@ use super::*;
 /// How long a pod may take to reach a phase on a busy machine.
 const PHASE_WAIT: Duration = Duration::from_secs(60);
 
-/// A pod owned by a Job, as a Job controller would create it (the simulator has none).
+/// A pod owned by a Job, as a Job controller would create it (the Job itself is not stored:
+/// the simulator's controllers leave alone what names an owner they never saw).
 const JOB_POD: &str = r#"apiVersion: v1
 kind: Pod
 metadata:
