@@ -1,5 +1,9 @@
-//! The real-apiserver tier: a real kube-apiserver 1.20.2 with its own etcd (the shared tools'
-//! `start.sh`, built once by `scripts/deps.sh --tests`) as the reference.
+//! The real-apiserver tier: a real kube-apiserver with its own etcd as the reference, in two
+//! versions ([`tests::KubeVersion`]): 1.20.2 (the shared tools' `start.sh`) and the current release
+//! pinned in `scripts/kube-current/` (`scripts/kube-current-start.sh`), both built once by
+//! `scripts/deps.sh --tests`. Every test runs on each version, as `MODULE::v1_20::NAME` and
+//! `MODULE::current::NAME` ([`per_version!`]); where the two apiservers legitimately differ the
+//! test's expectation follows the version, and `tests/CONFORMANCE.md` lists each difference.
 //!
 //! - `proxy`: tollgate in front of it with the front-proxy certificate: identities, encodings,
 //!   watches, paging and the apiserver's own 429, as kubectl and curl see them.
@@ -18,6 +22,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use serde_json::Value;
+
+/// One `#[test]` per Kubernetes version for each `fn NAME(version: KubeVersion) ->
+/// anyhow::Result<()>` named, in modules `v1_20` and `current` of the module it is used in.
+macro_rules! per_version {
+    ($($name:ident),+ $(,)?) => {
+        mod v1_20 {
+            $(
+                #[test]
+                fn $name() -> anyhow::Result<()> {
+                    super::$name(tests::KubeVersion::V1_20)
+                }
+            )+
+        }
+        mod current {
+            $(
+                #[test]
+                fn $name() -> anyhow::Result<()> {
+                    super::$name(tests::KubeVersion::Current)
+                }
+            )+
+        }
+    };
+}
 
 mod conformance;
 mod identity_headers;
