@@ -148,7 +148,16 @@ fn seeded_apiserver(version: KubeVersion, work: &Path) -> anyhow::Result<RealApi
     Ok(kube)
 }
 
-per_version!(default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists);
+// On the current release only by default: it is the tier's longest test (~3.5 min, and it takes
+// every test thread), the current release is what users run and where the storm is different
+// (consistent LISTs from the watch cache: each 33 MB LIST took ~48 s to encode there, the
+// heartbeats' direct p99 was 116 ms), and the cold build of the current release already adds
+// ~16 min to a fresh `scripts/test.sh`. 1.20's storm is also the goodput benchmark's subject
+// (bench/RESULTS.md); `--run-ignored all` runs it here.
+per_version!(
+    ignore_v1_20 = "the storm runs on the current release by default; --run-ignored all adds 1.20's";
+    default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists
+);
 
 fn default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists(
     version: KubeVersion,
