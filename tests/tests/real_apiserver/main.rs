@@ -12,6 +12,7 @@
 //! - `conformance`: the same requests against it and against `tollgate-bench sim`, compared
 //!   (the table is published in `tests/CONFORMANCE.md`).
 //! - `loadgen`: loadgen's counts checked against what the apiserver did.
+//! - `stores`: which store serves a consistent LIST on each version, as tollgate learns it.
 //! - `storm`: a LIST storm directly and through tollgate's default budget (runs alone; in the
 //!   default run on the current release only, see `storm.rs`).
 //!
@@ -68,6 +69,7 @@ mod identity_headers;
 mod loadgen;
 mod proxy;
 mod stack;
+mod stores;
 mod storm;
 
 /// `--max-time` of every curl (watches end sooner, by their `timeoutSeconds`).
