@@ -4,8 +4,9 @@
 #   build: protoc and its includes (etcd-client generates its gRPC code at build time), make (jemalloc's build)
 #   tests: etcd (real storage), kubectl (real client), chromium (renders the demo's report),
 #          prometheus (evaluates the dashboards and rules), podman, buildah and runc (build and
-#          run the container images), and a real kube-apiserver 1.20.2
-#          built once into a cache outside the repo by ../shared/tools/kube-apiserver/install.sh
+#          run the container images), and two real kube-apiservers, each built once into a cache
+#          outside the repo: 1.20.2 by ../shared/tools/kube-apiserver/install.sh and the current
+#          release (with its etcd) by scripts/kube-current.sh (needs Go)
 set -euo pipefail
 
 need_pkgs=()
@@ -73,4 +74,18 @@ if [ "${1:-}" = "--tests" ]; then
   tools=$(cd "$tools" && pwd)
   echo "kube-apiserver for the real-apiserver tests: $tools/install.sh (cached after the first build)…" >&2
   "$tools/install.sh" >&2
+fi
+
+if [ "${1:-}" = "--tests" ]; then
+  # The same tier on the current release (scripts/kube-current.sh: kube-apiserver and etcd from
+  # the Go module proxy, ~15-25 min on 2 cores the first time, then a < 1 s no-op). Go is not a
+  # Debian package here (bookworm's is too old): the machine image provides it.
+  repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  if ! command -v "${GO:-go}" >/dev/null 2>&1; then
+    echo "missing: Go, to build the current kube-apiserver and etcd for the real-apiserver tests" >&2
+    echo "  (scripts/kube-current.sh; the version its go.mod files name, or GOTOOLCHAIN=auto)" >&2
+    exit 1
+  fi
+  echo "current kube-apiserver and etcd for the real-apiserver tests: scripts/kube-current.sh (cached after the first build)…" >&2
+  bash "$repo_root/scripts/kube-current.sh" >/dev/null
 fi

@@ -62,9 +62,29 @@ pub fn parse_object_counts(text: &str) -> Vec<(String, f64)> {
     parse_by_resource(text, &COUNT_METRICS)
 }
 
-/// `(pattern resource, LISTs served from etcd so far)` from Prometheus text.
+/// `(pattern resource, LISTs served from etcd so far)` from Prometheus text, one per resource.
+/// Current releases count the watch cache's LISTs in the same metric, told apart by the label
+/// `storage` (`etcd` or `watchcache`), and split series by `index`: only `storage="etcd"` (or
+/// no such label) counts, summed over the rest; a resource with only watch-cache series has
+/// had 0 LISTs from etcd (the etcd series appears with the first). Taking whichever series came
+/// last made a v1.37 apiserver's cache-served LISTs look like etcd reads.
 pub fn parse_storage_lists(text: &str) -> Vec<(String, f64)> {
-    parse_by_resource(text, &STORAGE_LIST_METRICS)
+    let mut sums: Vec<(String, f64)> = Vec::new();
+    let series = kubeio::promtext::samples(text)
+        .filter(|s| STORAGE_LIST_METRICS.contains(&s.name) && s.value >= 0.0);
+    for s in series {
+        let Some(label) = s.label("resource") else {
+            continue;
+        };
+        let from_etcd = s.label("storage").is_none_or(|store| store == "etcd");
+        let value = if from_etcd { s.value } else { 0.0 };
+        let resource = pattern_resource(&label);
+        match sums.iter_mut().find(|(r, _)| *r == resource) {
+            Some((_, sum)) => *sum += value,
+            None => sums.push((resource, value)),
+        }
+    }
+    sums
 }
 
 /// The upstream's `process_start_time_seconds`: a change means it restarted.
@@ -231,6 +251,24 @@ mod tests {
             e.update(&parse_storage_lists(&text(4)), &ours(13)),
             vec![("pods".to_string(), 4.0, 0)],
             "restart"
+        );
+    }
+
+    #[test]
+    fn storage_lists_count_etcd_series_only() {
+        // v1.37.2's series: the watch cache's LISTs counted beside etcd's, split by index.
+        let text = "apiserver_storage_list_total{group=\"\",index=\"\",resource=\"pods\",storage=\"watchcache\"} 64\n\
+apiserver_storage_list_total{group=\"\",index=\"\",resource=\"pods\",storage=\"etcd\"} 2\n\
+apiserver_storage_list_total{group=\"\",index=\"f:spec.nodeName\",resource=\"pods\",storage=\"etcd\"} 3\n\
+apiserver_storage_list_total{group=\"apps\",index=\"\",resource=\"deployments.apps\",storage=\"watchcache\"} 9\n\
+apiserver_storage_list_total{resource=\"nodes\"} 7\n";
+        assert_eq!(
+            parse_storage_lists(text),
+            vec![
+                ("pods".to_string(), 5.0),
+                ("apps/deployments".to_string(), 0.0),
+                ("nodes".to_string(), 7.0)
+            ]
         );
     }
 

@@ -1,10 +1,15 @@
-//! A real kube-apiserver (v1.20.2 with its own etcd) for the real-apiserver tier, started with
-//! the shared tools' `start.sh` in a temp dir and stopped with `stop.sh` on drop.
+//! A real kube-apiserver with its own etcd for the real-apiserver tier, in one of two versions
+//! ([`KubeVersion`]), started in a temp dir and stopped on drop:
 //!
-//! The tools live beside the checkout, never at a path the repo hard-codes: `$KUBE_APISERVER_TOOLS`
-//! if set, else `../shared/tools/kube-apiserver` next to the repo root (the layout of the dev
-//! machine and CI), else `/work/shared/tools/kube-apiserver` (the dev machine, for a checkout
-//! elsewhere). `scripts/deps.sh --tests` finds them the same way and runs their `install.sh`.
+//! - v1.20.2 on Debian's etcd 3.4: the shared tools' `start.sh` and `stop.sh`. They live beside
+//!   the checkout, never at a path the repo hard-codes: `$KUBE_APISERVER_TOOLS` if set, else
+//!   `../shared/tools/kube-apiserver` next to the repo root (the layout of the dev machine and
+//!   CI), else `/work/shared/tools/kube-apiserver` (the dev machine, for a checkout elsewhere).
+//! - the current release pinned in `scripts/kube-current/` on the etcd it ships with:
+//!   `scripts/kube-current-start.sh` and `scripts/kube-current-stop.sh` (the same PKI, RBAC and
+//!   `env` file as the shared tools', without the flags removed since 1.20).
+//!
+//! `scripts/deps.sh --tests` builds both (once per machine) the same way.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -52,46 +57,106 @@ pub fn kube_apiserver_tools() -> anyhow::Result<PathBuf> {
     )
 }
 
-/// A running kube-apiserver + etcd from `start.sh`, stopped by `stop.sh` (exactly its recorded
-/// pids) when dropped.
+/// Which kube-apiserver the real-apiserver tier runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeVersion {
+    /// v1.20.2 on Debian's etcd 3.4 (the shared tools).
+    V1_20,
+    /// The release pinned in `scripts/kube-current/apiserver/go.mod` on the etcd it ships with
+    /// (`scripts/kube-current.sh`).
+    Current,
+}
+
+impl KubeVersion {
+    /// Every version the tier runs on.
+    pub const ALL: [KubeVersion; 2] = [KubeVersion::V1_20, KubeVersion::Current];
+
+    /// `v1_20` or `current`: as the per-version test modules are named.
+    pub fn name(self) -> &'static str {
+        match self {
+            KubeVersion::V1_20 => "v1_20",
+            KubeVersion::Current => "current",
+        }
+    }
+
+    /// The start and stop scripts: (start, stop).
+    fn scripts(self) -> anyhow::Result<(PathBuf, PathBuf)> {
+        match self {
+            KubeVersion::V1_20 => {
+                let tools = kube_apiserver_tools()?;
+                Ok((tools.join("start.sh"), tools.join("stop.sh")))
+            }
+            KubeVersion::Current => {
+                // tests/ is one level below the repo root.
+                let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
+                let (start, stop) = (
+                    scripts.join("kube-current-start.sh"),
+                    scripts.join("kube-current-stop.sh"),
+                );
+                anyhow::ensure!(
+                    start.is_file() && stop.is_file(),
+                    "no {} and {}",
+                    start.display(),
+                    stop.display()
+                );
+                Ok((start, stop))
+            }
+        }
+    }
+}
+
+/// A running kube-apiserver + etcd from its version's start script, stopped by its stop script
+/// (exactly the recorded pids) when dropped.
 pub struct RealApiserver {
     /// `https://127.0.0.1:PORT`.
     pub url: String,
     /// Every variable of `RUN_DIR/env` (`KUBE_CA_CERT`, `KUBE_ADMIN_CERT`, …).
     pub env: HashMap<String, String>,
-    tools: PathBuf,
-    // Last: removed after stop.sh.
+    /// Which one it is.
+    pub version: KubeVersion,
+    /// What its `/version` says, e.g. `v1.20.2`.
+    pub git_version: String,
+    stop_script: PathBuf,
+    // Last: removed after the stop script.
     dir: TempDir,
 }
 
 impl RealApiserver {
-    /// `start.sh RUN_DIR FLAGS…` in a new temp dir: waits (start.sh's own 60 s deadline) until
-    /// `/readyz` is ok and test-user's RBAC exists. Takes ~7 s.
+    /// kube-apiserver 1.20.2: [`RealApiserver::start_version`] with [`KubeVersion::V1_20`].
     pub fn start(flags: &[&str]) -> anyhow::Result<Self> {
-        let tools = kube_apiserver_tools()?;
+        Self::start_version(KubeVersion::V1_20, flags)
+    }
+
+    /// `START RUN_DIR FLAGS…` in a new temp dir: waits (the script's own 60 s deadline) until
+    /// `/readyz` is ok and test-user's RBAC exists. Takes ~7 s.
+    pub fn start_version(version: KubeVersion, flags: &[&str]) -> anyhow::Result<Self> {
+        let (start_script, stop_script) = version.scripts()?;
         let dir = tempfile::Builder::new()
             .prefix("tollgate-e2e-kube-")
             .tempdir()
             .context("creating the apiserver's run dir")?;
         let started = Instant::now();
         let out = Command::new("bash")
-            .arg(tools.join("start.sh"))
+            .arg(&start_script)
             .arg(dir.path())
             .args(flags)
             .stdin(Stdio::null())
             .output()
-            .context("running start.sh")?;
-        // From here on, whatever start.sh recorded is stopped on drop (also on errors below).
+            .with_context(|| format!("running {}", start_script.display()))?;
+        // From here on, whatever the script recorded is stopped on drop (also on errors below).
         let mut this = Self {
             url: String::new(),
             env: HashMap::new(),
-            tools,
+            version,
+            git_version: String::new(),
+            stop_script,
             dir,
         };
         anyhow::ensure!(
             out.status.success(),
-            "start.sh {} failed ({}) after {:?}; if there is no kube-apiserver binary, run \
+            "{} {} failed ({}) after {:?}; if there is no kube-apiserver binary, run \
              `bash scripts/deps.sh --tests` first.\nstderr:\n{}",
+            start_script.display(),
             flags.join(" "),
             out.status,
             started.elapsed(),
@@ -108,7 +173,28 @@ impl RealApiserver {
             "start.sh printed {printed:?}, its env says {}",
             this.url
         );
+        this.git_version = this.fetch_git_version()?;
         Ok(this)
+    }
+
+    /// `gitVersion` of the apiserver's `/version`, asked as the admin.
+    fn fetch_git_version(&self) -> anyhow::Result<String> {
+        let text = self.kubectl()?.ok(&["get", "--raw", "/version"])?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("/version: {text}"))?;
+        v["gitVersion"]
+            .as_str()
+            .map(String::from)
+            .with_context(|| format!("/version has no gitVersion: {text}"))
+    }
+
+    /// The minor version of its `/version` (20 for v1.20.2).
+    pub fn minor(&self) -> anyhow::Result<u32> {
+        let v = self.git_version.trim_start_matches('v');
+        let minor = v.split('.').nth(1).unwrap_or("");
+        minor
+            .parse()
+            .with_context(|| format!("gitVersion {}", self.git_version))
     }
 
     /// A variable of `RUN_DIR/env`.
@@ -198,21 +284,22 @@ impl RealApiserver {
 
 impl Drop for RealApiserver {
     fn drop(&mut self) {
-        // stop.sh signals only the pids start.sh recorded, while they still run those binaries.
+        // The stop script signals only the pids start recorded, while they still run those binaries.
         let out = Command::new("bash")
-            .arg(self.tools.join("stop.sh"))
+            .arg(&self.stop_script)
             .arg(self.dir.path())
             .stdin(Stdio::null())
             .output();
         match out {
             Ok(o) if o.status.success() => {}
             Ok(o) => eprintln!(
-                "stop.sh {} failed ({}): {}",
+                "{} {} failed ({}): {}",
+                self.stop_script.display(),
                 self.dir.path().display(),
                 o.status,
                 String::from_utf8_lossy(&o.stderr).trim()
             ),
-            Err(e) => eprintln!("cannot run stop.sh: {e}"),
+            Err(e) => eprintln!("cannot run {}: {e}", self.stop_script.display()),
         }
     }
 }

@@ -23,7 +23,7 @@ mod tollgate;
 
 pub use binary::{bench_command, fresh_workspace_binary, workspace_binary};
 pub use json::{abbreviated, str_at, user_info, whoami};
-pub use kube::{kube_apiserver_tools, RealApiserver};
+pub use kube::{kube_apiserver_tools, KubeVersion, RealApiserver};
 pub use kubectl::{
     kubectl, Kubectl, KubectlBackground, KubectlOutput, KUBECTL_PROCESS_TIMEOUT,
     KUBECTL_REQUEST_TIMEOUT,

@@ -6,7 +6,7 @@
 //! `kube-system/extension-apiserver-authentication` and strips them all; in enforce mode it
 //! will not start when it can learn them neither there nor from its configuration.
 
-use tests::{TollgateOptions, TollgateProcess};
+use tests::{KubeVersion, TollgateOptions, TollgateProcess};
 
 use super::stack::{forbidden_reply, Stack, TOKEN};
 use super::Http;
@@ -30,9 +30,12 @@ const SPOOF: [&str; 4] = [
 /// Only the admin (system:masters) may list secrets.
 const SECRETS: &str = "/api/v1/namespaces/default/secrets";
 
-#[test]
-fn identity_headers_the_apiserver_trusts_never_pass_from_clients() -> anyhow::Result<()> {
-    let s = Stack::start(&APISERVER_FLAGS)?;
+per_version!(identity_headers_the_apiserver_trusts_never_pass_from_clients);
+
+fn identity_headers_the_apiserver_trusts_never_pass_from_clients(
+    version: KubeVersion,
+) -> anyhow::Result<()> {
+    let s = Stack::start(version, &APISERVER_FLAGS)?;
 
     // The apiserver does trust the extra names: with the front-proxy certificate, straight to
     // it, X-Forwarded-Groups makes anyone an admin. That is what must not get through tollgate.

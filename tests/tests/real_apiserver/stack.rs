@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tempfile::TempDir;
-use tests::{KubeUser, Kubectl, RealApiserver, TollgateOptions, TollgateProcess};
+use tests::{KubeUser, KubeVersion, Kubectl, RealApiserver, TollgateOptions, TollgateProcess};
 
 use super::{Http, Reply};
 
@@ -44,8 +44,8 @@ impl Stack {
         })
     }
 
-    /// `flags` go to kube-apiserver (after `--token-auth-file`).
-    pub fn start(flags: &[&str]) -> anyhow::Result<Self> {
+    /// kube-apiserver `version`; `flags` go to it (after `--token-auth-file`).
+    pub fn start(version: KubeVersion, flags: &[&str]) -> anyhow::Result<Self> {
         let inputs = tempfile::Builder::new()
             .prefix("tollgate-e2e-real-")
             .tempdir()?;
@@ -57,7 +57,7 @@ impl Stack {
         let token_flag = format!("--token-auth-file={}", tokens.display());
         let mut all = vec![token_flag.as_str()];
         all.extend_from_slice(flags);
-        let kube = RealApiserver::start(&all)?;
+        let kube = RealApiserver::start_version(version, &all)?;
         let options = Self::tollgate_options(&kube)?;
         let tollgate = TollgateProcess::start(&options)?;
         Ok(Self {

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tests::{RealApiserver, TollgateOptions, TollgateProcess};
+use tests::{KubeVersion, RealApiserver, TollgateOptions, TollgateProcess};
 
 use super::loadgen::{code, loadgen, op, summary, target, target_at, LOADGEN_GRACE};
 
@@ -128,8 +128,8 @@ fn storm(
 /// A fresh apiserver seeded with the storm's pods and nodes: each storm gets its own, since one
 /// storm's aftermath (memory, garbage collection, LISTs still being encoded for clients that gave
 /// up) slows the next one's heartbeats for tens of seconds.
-fn seeded_apiserver(work: &Path) -> anyhow::Result<RealApiserver> {
-    let kube = RealApiserver::start(&[])?;
+fn seeded_apiserver(version: KubeVersion, work: &Path) -> anyhow::Result<RealApiserver> {
+    let kube = RealApiserver::start_version(version, &[])?;
     let mut seed = vec!["seed".to_string()];
     seed.extend(target(&kube, "ADMIN")?);
     seed.extend(
@@ -148,18 +148,29 @@ fn seeded_apiserver(work: &Path) -> anyhow::Result<RealApiserver> {
     Ok(kube)
 }
 
-#[test]
+// On the current release only by default: it is the tier's longest test (~3.5 min, and it takes
+// every test thread), the current release is what users run and where the storm is different
+// (consistent LISTs from the watch cache: each 33 MB LIST took ~48 s to encode there, the
+// heartbeats' direct p99 was 116 ms), and the cold build of the current release already adds
+// ~16 min to a fresh `scripts/test.sh`. 1.20's storm is also the goodput benchmark's subject
+// (bench/RESULTS.md); `--run-ignored all` runs it here.
+per_version!(
+    ignore_v1_20 = "the storm runs on the current release by default; --run-ignored all adds 1.20's";
+    default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists
+);
+
 fn default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists(
+    version: KubeVersion,
 ) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let (direct_p99, direct_served) = {
-        let kube = seeded_apiserver(work.path())?;
+        let kube = seeded_apiserver(version, work.path())?;
         let ca = kube.file("KUBE_CA_CERT")?;
         let (p99, served, _) = storm(&kube, &kube.url, &ca, work.path(), "direct", &|| true)?;
         (p99, served)
     };
 
-    let kube = seeded_apiserver(work.path())?;
+    let kube = seeded_apiserver(version, work.path())?;
     let tollgate = TollgateProcess::start(&TollgateOptions {
         upstream_url: kube.url.clone(),
         upstream_ca_pem: Some(kube.ca_pem()?),

@@ -15,6 +15,15 @@ const DEPLOY: &str = "/apis/apps/v1/namespaces/conf/deployments";
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/conf/widgets";
 const WIDGET_CRD: &str = r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.example.com"},"spec":{"group":"example.com","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget","shortNames":["wd"]},"versions":[{"name":"v1","served":true,"storage":true,"subresources":{"status":{}},"schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","required":["size"],"properties":{"size":{"type":"integer"},"color":{"type":"string"}}}}}}}]}}"#;
 
+/// Why discovery differs on the current release.
+const DISCOVERY_ON_CURRENT: &str = "the sim serves 1.20.2's discovery documents (`bench/src/sim/api/discovery-1.20.json`); the current release fills in `singularName` (1.27+), no longer serves the beta versions removed since (e.g. `v1beta1` of apiregistration, events, authentication) and serves kinds added since (e.g. `cronjobs` in batch/v1)";
+/// Why a pod template differs on the current release.
+const TEMPLATE_ON_CURRENT: &str = "1.20 serializes an unset `creationTimestamp` in a pod template's metadata as `null`; the current release leaves it out";
+/// Why a Job differs on the current release.
+const JOB_ON_CURRENT: &str = "the current release labels a Job and its template `batch.kubernetes.io/controller-uid` and `batch.kubernetes.io/job-name` too (1.27+) and selects on the former, and defaults `completionMode`, `suspend`, `podReplacementPolicy` and `manualSelector`; the sim writes 1.20's Job";
+/// Why a Service differs on the current release.
+const SERVICE_ON_CURRENT: &str = "dual-stack (GA in 1.23) and internal traffic policy (GA in 1.26) default `ipFamilies`, `ipFamilyPolicy` and `internalTrafficPolicy` on the current release; 1.20 sets none of them";
+
 fn case(name: &'static str, area: &'static str, method: &'static str, path: &'static str) -> Case {
     Case {
         name,
@@ -32,6 +41,7 @@ fn case(name: &'static str, area: &'static str, method: &'static str, path: &'st
         capture: &[],
         times: 1,
         until_code: None,
+        on_current: None,
     }
 }
 
@@ -73,10 +83,10 @@ pub(super) fn cases() -> Vec<Case> {
         case("create lease", "create", "POST", "/apis/coordination.k8s.io/v1/namespaces/conf/leases")
             .body(JSON, r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l1"},"spec":{"holderIdentity":"h","leaseDurationSeconds":40}}"#),
         // --- discovery: served from 1.20's own documents (scripts/sim-discovery.sh) ---
-        get("discovery /api/v1", "discovery", "/api/v1"),
-        get("discovery /apis/apps/v1", "discovery", "/apis/apps/v1"),
-        get("discovery /apis/batch/v1", "discovery", "/apis/batch/v1"),
-        get("discovery /apis", "discovery", "/apis"),
+        get("discovery /api/v1", "discovery", "/api/v1").codes_only_on_current(DISCOVERY_ON_CURRENT),
+        get("discovery /apis/apps/v1", "discovery", "/apis/apps/v1").codes_only_on_current(DISCOVERY_ON_CURRENT),
+        get("discovery /apis/batch/v1", "discovery", "/apis/batch/v1").codes_only_on_current(DISCOVERY_ON_CURRENT),
+        get("discovery /apis", "discovery", "/apis").codes_only_on_current(DISCOVERY_ON_CURRENT),
         // --- get ---
         get("get configmap", "get", "/api/v1/namespaces/conf/configmaps/a"),
         get("get missing: 404 NotFound", "errors", "/api/v1/namespaces/conf/configmaps/nope"),
@@ -172,30 +182,41 @@ pub(super) fn cases() -> Vec<Case> {
             .until_code(410),
         // --- built-in kinds served generically (issue 19) ---
         case("create deployment", "built-in kinds", "POST", DEPLOY)
-            .body(JSON, r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","labels":{"app":"web"}},"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"c","image":"nginx:1.19","ports":[{"containerPort":80}]}]}}}}"#),
+            .body(JSON, r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","labels":{"app":"web"}},"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"c","image":"nginx:1.19","ports":[{"containerPort":80}]}]}}}}"#)
+            .differs_on_current(&["/spec/template/metadata/creationTimestamp"], TEMPLATE_ON_CURRENT),
         get("get deployment scale", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments/web/scale"),
         case("put deployment scale", "built-in kinds", "PUT", "/apis/apps/v1/namespaces/conf/deployments/web/scale")
             .body(JSON, r#"{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{"name":"web","namespace":"conf"},"spec":{"replicas":3}}"#),
         case("merge patch deployment scale", "built-in kinds", "PATCH", "/apis/apps/v1/namespaces/conf/deployments/web/scale")
             .body(MERGE, r#"{"spec":{"replicas":2}}"#),
-        get("get scaled deployment: generation bumped", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments/web"),
+        get("get scaled deployment: generation bumped", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments/web")
+            .differs_on_current(&["/spec/template/metadata/creationTimestamp"], TEMPLATE_ON_CURRENT),
         case("merge patch deployment status", "built-in kinds", "PATCH", "/apis/apps/v1/namespaces/conf/deployments/web/status")
-            .body(MERGE, r#"{"status":{"replicas":2,"readyReplicas":1,"updatedReplicas":2,"availableReplicas":1,"observedGeneration":3}}"#),
+            .body(MERGE, r#"{"status":{"replicas":2,"readyReplicas":1,"updatedReplicas":2,"availableReplicas":1,"observedGeneration":3}}"#)
+            .differs_on_current(&["/spec/template/metadata/creationTimestamp"], TEMPLATE_ON_CURRENT),
         case("strategic merge patch deployment spec", "built-in kinds", "PATCH", "/apis/apps/v1/namespaces/conf/deployments/web")
-            .body(STRATEGIC, r#"{"metadata":{"labels":{"tier":"front"}},"spec":{"revisionHistoryLimit":5}}"#),
-        get("list deployments with label selector", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments?labelSelector=app%3Dweb"),
+            .body(STRATEGIC, r#"{"metadata":{"labels":{"tier":"front"}},"spec":{"revisionHistoryLimit":5}}"#)
+            .differs_on_current(&["/spec/template/metadata/creationTimestamp"], TEMPLATE_ON_CURRENT),
+        get("list deployments with label selector", "built-in kinds", "/apis/apps/v1/namespaces/conf/deployments?labelSelector=app%3Dweb")
+            .differs_on_current(&["/items/0/spec/template/metadata/creationTimestamp"], TEMPLATE_ON_CURRENT),
         case("create service: clusterIP allocated", "built-in kinds", "POST", "/api/v1/namespaces/conf/services")
-            .body(JSON, r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"web"},"spec":{"selector":{"app":"web"},"ports":[{"name":"http","port":80,"targetPort":8080}]}}"#),
+            .body(JSON, r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"web"},"spec":{"selector":{"app":"web"},"ports":[{"name":"http","port":80,"targetPort":8080}]}}"#)
+            .differs_on_current(&["/spec/ipFamilies", "/spec/ipFamilyPolicy", "/spec/internalTrafficPolicy"], SERVICE_ON_CURRENT),
         case("create headless service", "built-in kinds", "POST", "/api/v1/namespaces/conf/services")
-            .body(JSON, r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"db"},"spec":{"clusterIP":"None","selector":{"app":"db"},"ports":[{"port":5432}]}}"#),
-        get("get service", "built-in kinds", "/api/v1/namespaces/conf/services/web"),
-        case("deletecollection of services: 405", "errors", "DELETE", "/api/v1/namespaces/conf/services"),
+            .body(JSON, r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"db"},"spec":{"clusterIP":"None","selector":{"app":"db"},"ports":[{"port":5432}]}}"#)
+            .differs_on_current(&["/spec/ipFamilies", "/spec/ipFamilyPolicy", "/spec/internalTrafficPolicy"], SERVICE_ON_CURRENT),
+        get("get service", "built-in kinds", "/api/v1/namespaces/conf/services/web")
+            .differs_on_current(&["/spec/ipFamilies", "/spec/ipFamilyPolicy", "/spec/internalTrafficPolicy"], SERVICE_ON_CURRENT),
+        case("deletecollection of services: 405", "errors", "DELETE", "/api/v1/namespaces/conf/services")
+            .uncompared_on_current("the current release serves deletecollection on services (200, the deleted Services); 1.20 answers 405 and so does the sim"),
         case("create serviceaccount", "built-in kinds", "POST", "/api/v1/namespaces/conf/serviceaccounts")
             .body(JSON, r#"{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"robot","labels":{"team":"a"}}}"#),
         get("get serviceaccount", "built-in kinds", "/api/v1/namespaces/conf/serviceaccounts/robot"),
         case("create job", "built-in kinds", "POST", "/apis/batch/v1/namespaces/conf/jobs")
-            .body(JSON, r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"once"},"spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"busybox"}]}}}}"#),
-        get("get job", "built-in kinds", "/apis/batch/v1/namespaces/conf/jobs/once"),
+            .body(JSON, r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"once"},"spec":{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"busybox"}]}}}}"#)
+            .codes_only_on_current(JOB_ON_CURRENT),
+        get("get job", "built-in kinds", "/apis/batch/v1/namespaces/conf/jobs/once")
+            .codes_only_on_current(JOB_ON_CURRENT),
         case("create role", "built-in kinds", "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/conf/roles")
             .body(JSON, r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"reader","labels":{"team":"a"}},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list"]}]}"#),
         get("list roles with label selector", "built-in kinds", "/apis/rbac.authorization.k8s.io/v1/namespaces/conf/roles?labelSelector=team%3Da"),
@@ -209,7 +230,8 @@ pub(super) fn cases() -> Vec<Case> {
         get("get CRD: established", "custom resources", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"),
         get("custom group discovery", "custom resources", "/apis/example.com/v1"),
         case("custom object of the wrong type: 422", "errors", "POST", WIDGETS)
-            .body(JSON, r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w2"},"spec":{"size":"big"}}"#),
+            .body(JSON, r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w2"},"spec":{"size":"big"}}"#)
+            .differs_on_current(&["/details/causes"], "the current release reports a value of the wrong type as cause `FieldValueTypeInvalid`; 1.20 (and the sim) as `FieldValueInvalid`"),
         case("custom object without a required field: 422", "errors", "POST", WIDGETS)
             .body(JSON, r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w3"},"spec":{"color":"blue"}}"#),
         case("merge patch custom object: generation bumped", "custom resources", "PATCH", "/apis/example.com/v1/namespaces/conf/widgets/w1")

@@ -1,0 +1,132 @@
+//! Which store serves a consistent LIST (issue 33): 1.20 reads it from etcd; the current release
+//! serves it from the watch cache (1.31+, once etcd's progress notifications confirm the cache
+//! is fresh). tollgate learns which from the apiserver's `apiserver_storage_list_total` (LISTs
+//! that reached etcd) against the consistent LISTs it forwarded (`proxy/src/scrape.rs`), and
+//! prices the pattern by it (`store` in `/debug/patterns`). Checked on both versions: what the
+//! apiserver did (its own counter) and what tollgate concluded.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::Value;
+use tests::{KubeVersion, Kubectl, RealApiserver, TollgateProcess};
+
+use super::stack::Stack;
+use super::Http;
+
+/// Consistent LISTs sent per round (tollgate judges a resource after 5).
+const LISTS: usize = 8;
+/// How long tollgate may take to judge (it scrapes every second here).
+const JUDGE_WAIT: Duration = Duration::from_secs(60);
+
+per_version!(tollgate_learns_which_store_serves_consistent_lists);
+
+fn tollgate_learns_which_store_serves_consistent_lists(version: KubeVersion) -> anyhow::Result<()> {
+    let kube = RealApiserver::start_version(version, &[])?;
+    let inputs = tempfile::tempdir()?;
+    let config = inputs.path().join("tollgate.yaml");
+    std::fs::write(
+        &config,
+        "upstream:\n  metricsScrape:\n    intervalSeconds: 1\n",
+    )?;
+    let mut options = Stack::tollgate_options(&kube)?;
+    options
+        .args
+        .extend(["--config".into(), config.display().to_string()]);
+    let tollgate = TollgateProcess::start(&options)?;
+    let ca = tollgate.serving_ca_file()?.context("tollgate serves TLS")?;
+    let via = Http::new(&tollgate.url, inputs.path())
+        .with_cacert(ca)
+        .with_cert(kube.file("KUBE_USER_CERT")?, kube.file("KUBE_USER_KEY")?);
+    let admin = kube.kubectl()?;
+
+    let expected = match version {
+        KubeVersion::V1_20 => "etcd",
+        KubeVersion::Current => "watchCache",
+    };
+    let deadline = Instant::now() + JUDGE_WAIT;
+    let mut sent = 0;
+    let before = etcd_lists(&admin, "pods")?;
+    loop {
+        for _ in 0..LISTS {
+            // No resourceVersion: a consistent LIST.
+            via.get("/api/v1/pods")?
+                .expect(200, "consistent LIST of pods")?;
+        }
+        sent += LISTS;
+        // Two scrapes or more (one a second): on the current release until tollgate has
+        // learned the watch cache; on 1.20 it must not conclude so at any moment.
+        let round_end = Instant::now() + Duration::from_secs(3);
+        let mut store = consistent_pods_store(&tollgate)?;
+        while Instant::now() < round_end {
+            store = consistent_pods_store(&tollgate)?;
+            if store.as_deref() == Some("watchCache") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let reached_etcd = etcd_lists(&admin, "pods")?.map(|after| after - before.unwrap_or(0.0));
+        if store.as_deref() == Some(expected) {
+            // The apiserver's own counter says the same (1.20 may not export it).
+            match (version, reached_etcd) {
+                (KubeVersion::Current, Some(n)) => anyhow::ensure!(
+                    n < 0.5 * sent as f64,
+                    "the current release read {n} of {sent} consistent LISTs from etcd"
+                ),
+                (KubeVersion::Current, None) => {
+                    anyhow::bail!("the current release exports no apiserver_storage_list_total")
+                }
+                (KubeVersion::V1_20, Some(n)) => anyhow::ensure!(
+                    n >= sent as f64,
+                    "1.20 read only {n} of {sent} consistent LISTs from etcd"
+                ),
+                (KubeVersion::V1_20, None) => {}
+            }
+            eprintln!(
+                "{}: {sent} consistent LISTs, {reached_etcd:?} reached etcd; tollgate: {expected}",
+                kube.git_version
+            );
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{}: after {sent} consistent LISTs tollgate prices them as served by {store:?}, not \
+             {expected} ({reached_etcd:?} reached etcd); patterns: {}",
+            kube.git_version,
+            tollgate.admin_ok("/debug/patterns").unwrap_or_default()
+        );
+    }
+}
+
+/// The store `/debug/patterns` gives the consistent cluster-wide LIST of pods.
+fn consistent_pods_store(tollgate: &TollgateProcess) -> anyhow::Result<Option<String>> {
+    let patterns: Value = serde_json::from_str(&tollgate.admin_ok("/debug/patterns")?)?;
+    Ok(patterns
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            p["verb"] == "list"
+                && p["resource"] == "pods"
+                && p["scope"] == "cluster"
+                && p["consistency"] == "consistent"
+        })
+        .and_then(|p| p["store"].as_str().map(String::from)))
+}
+
+/// `apiserver_storage_list_total{resource, storage="etcd"}` (LISTs that reached etcd; the
+/// current release counts the watch cache's as `storage="watchcache"`), if exported.
+fn etcd_lists(admin: &Kubectl, resource: &str) -> anyhow::Result<Option<f64>> {
+    let text = admin.ok(&["get", "--raw", "/metrics"])?;
+    let mut found = None;
+    for s in kubeio::promtext::samples(&text) {
+        if s.name == "apiserver_storage_list_total"
+            && s.label("resource").is_some_and(|r| r == resource)
+        {
+            // The etcd series appears with the first LIST from etcd.
+            let from_etcd = s.label("storage").is_none_or(|store| store == "etcd");
+            *found.get_or_insert(0.0) += if from_etcd { s.value } else { 0.0 };
+        }
+    }
+    Ok(found)
+}
