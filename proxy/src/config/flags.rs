@@ -18,7 +18,7 @@ pub struct Flags {
     /// apiserver URL; repeat for several (least outstanding requests) [default: none, required]
     #[arg(long = "upstream", value_name = "URL")]
     pub upstreams: Vec<String>,
-    /// kubeconfig giving the apiserver address, its CA and tollgate's own identity (health checks and scraping only) [default: none]
+    /// kubeconfig giving the apiserver address, its CA and tollgate's own identity (for its own requests, as --upstream-client-cert) [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_kubeconfig: Option<PathBuf>,
     /// CA bundle (PEM) verifying the apiservers' serving certificates [default: none]
@@ -48,10 +48,10 @@ pub struct Flags {
     /// Extra-header prefixes the apiserver trusts, comma-separated, as its flag of the same name (upstream.requestHeaders.extraHeadersPrefixes) [default: none]
     #[arg(long, value_name = "PREFIXES", value_delimiter = ',')]
     pub requestheader_extra_headers_prefix: Vec<String>,
-    /// tollgate's own client certificate, for health checks only [default: none]
+    /// tollgate's own client certificate, for its own requests: health checks, the metrics scrape, the identity-headers ConfigMap, TokenReviews, the container count (upstream.clientCertFile) [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_cert: Option<PathBuf>,
-    /// tollgate's own private key, for health checks only [default: none]
+    /// tollgate's own private key, with --upstream-client-cert (upstream.clientKeyFile) [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_key: Option<PathBuf>,
     /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns, /debug/budget) [default: 127.0.0.1:9443]
