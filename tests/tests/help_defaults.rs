@@ -98,13 +98,17 @@ fn table(readme: &str, heading: &str) -> anyhow::Result<Vec<(Vec<String>, String
 /// What must agree in a default: numbers and addresses, and the words that say what a
 /// default is.
 fn significant(text: &str) -> BTreeSet<String> {
-    const WORDS: [&str; 9] = [
-        "none", "required", "off", "on", "adaptive", "static", "dryRun", "any", "true",
+    const WORDS: [&str; 10] = [
+        "none", "required", "off", "on", "adaptive", "static", "dryRun", "any", "true", "false",
     ];
     text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == ':' || c == '_'))
         .map(|w| w.trim_matches(|c| c == '.' || c == ':'))
         .filter(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) || WORDS.contains(w))
-        .map(|w| w.replace('_', ""))
+        .map(|w| match w {
+            "false" => "off".to_string(),
+            "true" => "on".to_string(),
+            w => w.replace('_', ""),
+        })
         .collect()
 }
 
@@ -139,9 +143,10 @@ fn agree(readme: &str, heading: &str, help: &str, what: &str) -> anyhow::Result<
                 continue;
             }
             let (mut a, b) = (significant(documented), significant(from_help));
-            // No default in --help is what "none", "off" and "—" say.
+            // No default in --help (none, or one that depends on other flags): only the
+            // README's numbers must be absent.
             if from_help.is_empty() {
-                a.retain(|w| w != "none" && w != "off");
+                a.retain(|w| w.starts_with(|c: char| c.is_ascii_digit()));
             }
             if a != b {
                 wrong.push(format!(

@@ -29,6 +29,12 @@ const FRONT_PROXY_CN: &str = "tollgate-e2e-front-proxy";
 const LIST_WITHIN: Duration = Duration::from_secs(45);
 
 const CONFIG: &str = "mode: enforce
+upstream:
+  # The simulator's --requestheader-* defaults (enforce with a front-proxy certificate wants them).
+  requestHeaders:
+    usernameHeaders: [X-Remote-User]
+    groupHeaders: [X-Remote-Group]
+    extraHeadersPrefixes: [X-Remote-Extra-]
 quota:
   mode: static
   bytesPerSecond: 4000000

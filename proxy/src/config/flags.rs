@@ -81,7 +81,7 @@ pub struct Flags {
     /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub max_wait: Option<f64>,
-    /// Cluster-wide etcd-read bytes per second shared by the tollgates of all masters through etcd; 0 = off (quota.global.etcdBytesPerSecond) [default: 0]
+    /// Cluster-wide etcd-read bytes per second shared by the tollgates of all masters through etcd; 0 = off (quota.global.etcdBytesPerSecond) [default: 0, off]
     #[arg(long, value_name = "BYTES")]
     pub global_etcd_bytes_per_second: Option<f64>,
     /// Name of the shared budget in its default key prefix /tollgate/budget/<NAME> (quota.global.cluster) [default: default]
