@@ -254,7 +254,7 @@ fn the_demos_runs_and_durations_agree() -> anyhow::Result<()> {
         let digits: Vec<char> = n.chars().collect();
         let mut out = String::new();
         for (i, c) in digits.iter().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 out.push(',');
             }
             out.push(*c);
