@@ -279,14 +279,18 @@ async fn readyz_fails_while_draining() {
     let mut c = config(&[&up.url]);
     c.drain.window_seconds = 3.0;
     let tg = start(c).await;
-    // Two kept-alive client connections: the second is closed ~1.9 s into the window.
+    // Two client connections, the second with a watch in flight: it is closed ~1.9 s into
+    // the window (an idle one would be closed at once, and the drain end at once).
     let (a, b) = (h1_client(), h1_client());
-    for client in [&a, &b] {
-        assert_eq!(
-            get_text(client, &tg.url("http", "/version")).await.0,
-            StatusCode::OK
-        );
-    }
+    assert_eq!(
+        get_text(&a, &tg.url("http", "/version")).await.0,
+        StatusCode::OK
+    );
+    let watch = http::Request::get(tg.url("http", "/api/v1/pods?watch=1"))
+        .body(body(bytes::Bytes::new()))
+        .unwrap();
+    let watching = b.request(watch).await.unwrap();
+    assert_eq!(watching.status(), StatusCode::OK);
     let admin = tg.admin_url("/readyz");
     let stopping = tokio::spawn(tg.stop());
     let probe = h1_client();
@@ -301,6 +305,7 @@ async fn readyz_fails_while_draining() {
         );
     }
     stopping.await.unwrap();
+    drop(watching);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
