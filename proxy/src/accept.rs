@@ -7,7 +7,8 @@
 //! connection gets its own moment in the window, is told to go away
 //! (HTTP/2 GOAWAY, HTTP/1 close after the current response), and is closed
 //! for good `CLOSE_GRACE` later, so long-running watches end at different
-//! times and their clients do not all relist at once.
+//! times and their clients do not all relist at once. A connection with no
+//! request in flight is closed at once: an idle tollgate stops at once.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -187,15 +188,29 @@ async fn serve_connection<I>(
         }
         Until::Stopped => {}
     }
+    // A connection is closed at its moment in the window, or as soon as no request is in
+    // flight on it: spreading is for the watches' relists; an idle connection (a client's
+    // kept-alive pool) has nothing to spread, and waiting for it kept an idle tollgate
+    // draining for the whole window.
     let offset = drain_offset(n, Duration::from_secs_f64(config.drain.window_seconds));
     tokio::select! {
         r = conn.as_mut() => return log_end(r),
         _ = tokio::time::sleep(offset) => {}
+        _ = quiet(&activity) => {}
     }
     conn.as_mut().graceful_shutdown();
     tokio::select! {
         r = conn.as_mut() => log_end(r),
         _ = tokio::time::sleep(CLOSE_GRACE) => tracing::debug!("connection closed at the end of its grace"),
+    }
+}
+
+/// Resolves once no request is in flight on the connection. Polled: a drain is rare, and
+/// [`Activity`] stays two atomics on every request's way.
+async fn quiet(activity: &Activity) {
+    const LOOK: Duration = Duration::from_millis(20);
+    while activity.in_flight() > 0 {
+        tokio::time::sleep(LOOK).await;
     }
 }
 

@@ -228,9 +228,10 @@ impl Gateway {
         !self.inner.draining.load(Ordering::Relaxed) && self.inner.pool.ready()
     }
 
-    /// Learned patterns, heaviest first.
+    /// Learned patterns, heaviest first, each with the cost admission charges.
     pub fn patterns(&self) -> Vec<PatternView> {
-        self.inner.patterns.snapshot()
+        let weight = self.config().quota.etcd_read_weight;
+        self.inner.patterns.snapshot(weight)
     }
 
     /// Prometheus text of every metric, with the gauges of state refreshed.
@@ -359,8 +360,9 @@ impl Gateway {
             .pool
             .trusted_headers()
             .configure(&new.upstream.request_headers);
+        let changed = config::diff::changes(&old, &new);
         self.inner.config.set(new);
-        tracing::info!("configuration reloaded");
+        tracing::info!(%changed, "configuration reloaded");
         Ok(())
     }
 

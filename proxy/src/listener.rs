@@ -263,6 +263,11 @@ impl Activity {
         ActiveGuard(self.clone())
     }
 
+    /// Requests in flight on the connection now.
+    pub fn in_flight(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
     /// How long the connection has had no request in flight (zero if it has one).
     pub fn idle_for(&self) -> Duration {
         if self.active.load(Ordering::Relaxed) > 0 {

@@ -105,8 +105,9 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
     ));
 }
 
-/// Wait for the connections (each closes at its moment in the drain window)
-/// and tunnels, up to the window plus grace; then close what is left.
+/// Wait for the connections (each closes at its moment in the drain window,
+/// or as soon as no request is in flight on it) and tunnels, up to the
+/// window plus grace; then close what is left.
 async fn drain(gateway: &Gateway) {
     let window = Duration::from_secs_f64(gateway.config().drain.window_seconds);
     let tasks = gateway.tasks();

@@ -48,7 +48,7 @@ async fn patterns_name_the_heavy_lists_with_their_learned_bytes() {
     assert_eq!(patterns.len(), 4);
     let costs: Vec<f64> = patterns
         .iter()
-        .map(|p| p["predictedCost"].as_f64().unwrap())
+        .map(|p| p["predictedCostBytes"].as_f64().unwrap())
         .collect();
     assert!(
         costs.windows(2).all(|w| w[0] >= w[1]),
@@ -72,7 +72,7 @@ async fn patterns_name_the_heavy_lists_with_their_learned_bytes() {
     let small = by_node["bytesAvg"].as_f64().unwrap();
     assert!((small - 1000.0).abs() < 1e-6, "{small}");
     assert!(
-        by_node["predictedCost"].as_f64().unwrap() >= 200_000.0,
+        by_node["predictedCostBytes"].as_f64().unwrap() >= 200_000.0,
         "a small response, a heavy read: {by_node}"
     );
     for field in [
@@ -83,6 +83,9 @@ async fn patterns_name_the_heavy_lists_with_their_learned_bytes() {
         "bytesP95",
         "latencyP99Ms",
         "rejected",
+        "wouldReject",
+        "predictedResponseBytes",
+        "predictedEtcdReadBytes",
     ] {
         assert!(by_node.get(field).is_some(), "{field}");
     }
@@ -246,7 +249,7 @@ async fn consistent_lists_the_apiserver_did_not_serve_from_etcd_are_learned_as_c
         .find(|p| p.resource == "configmaps")
         .unwrap();
     assert!(
-        (p.predicted_cost - 300.0).abs() < 1e-6,
+        (p.predicted_cost_bytes - 300.0).abs() < 1e-6,
         "served from the cache, costs what it returns: {p:?}"
     );
     tg.stop().await;
@@ -276,14 +279,18 @@ async fn readyz_fails_while_draining() {
     let mut c = config(&[&up.url]);
     c.drain.window_seconds = 3.0;
     let tg = start(c).await;
-    // Two kept-alive client connections: the second is closed ~1.9 s into the window.
+    // Two client connections, the second with a watch in flight: it is closed ~1.9 s into
+    // the window (an idle one would be closed at once, and the drain end at once).
     let (a, b) = (h1_client(), h1_client());
-    for client in [&a, &b] {
-        assert_eq!(
-            get_text(client, &tg.url("http", "/version")).await.0,
-            StatusCode::OK
-        );
-    }
+    assert_eq!(
+        get_text(&a, &tg.url("http", "/version")).await.0,
+        StatusCode::OK
+    );
+    let watch = http::Request::get(tg.url("http", "/api/v1/pods?watch=1"))
+        .body(body(bytes::Bytes::new()))
+        .unwrap();
+    let watching = b.request(watch).await.unwrap();
+    assert_eq!(watching.status(), StatusCode::OK);
     let admin = tg.admin_url("/readyz");
     let stopping = tokio::spawn(tg.stop());
     let probe = h1_client();
@@ -298,6 +305,7 @@ async fn readyz_fails_while_draining() {
         );
     }
     stopping.await.unwrap();
+    drop(watching);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

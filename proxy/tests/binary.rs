@@ -162,9 +162,16 @@ async fn sighup_reloads_and_sigterm_drains() {
     )
     .unwrap();
     let rx2 = rx.clone();
-    tokio::task::spawn_blocking(move || wait_line(&rx2.lock().unwrap(), "configuration reloaded"))
-        .await
-        .unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        wait_line(&rx2.lock().unwrap(), "configuration reloaded")
+    })
+    .await
+    .unwrap();
+    // The line says what changed, and only that.
+    assert!(line.contains("patterns: "), "{line}");
+    assert!(line.contains("capacity: 10000"), "{line}");
+    assert!(line.contains("capacity: 5"), "{line}");
+    assert!(!line.contains("mode: "), "{line}");
     let (_, metrics) = get_text(&client, &format!("http://{admin}/metrics")).await;
     assert!(
         metrics.contains("tollgate_config_reloads_total{result=\"ok\"} 1"),
@@ -188,4 +195,67 @@ async fn sighup_reloads_and_sigterm_drains() {
     .await
     .unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// SIGTERM with only idle connections open (clients' kept-alive pools) ends at once, not at
+/// the end of the drain window (30 s by default): spreading closes over the window is for
+/// requests in flight, such as watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_no_request_in_flight_exits_at_once() {
+    let up = Upstream::start(None).await;
+    let mut child = Command::new(EXE)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &up.url,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = tokio::task::spawn_blocking(move || wait_line(&rx, "tollgate started"))
+        .await
+        .unwrap();
+    let listen = field(&line, "listen=").to_string();
+    // Several clients, each with its own kept-alive connection: the drain gives each
+    // connection its own moment in the window (the second one's is ~18 s in).
+    let clients: Vec<HttpClient> = (0..4).map(|_| h1_client()).collect();
+    for (i, c) in clients.iter().enumerate() {
+        let url = format!("http://{listen}/api/v1/namespaces/a/pods/p{i}");
+        let (code, _) = get_text(c, &url).await;
+        assert_eq!(code, StatusCode::OK);
+    }
+    let sent = std::time::Instant::now();
+    signal(child.id(), "-TERM");
+    let status = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap();
+    let took = sent.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        took < Duration::from_secs(5),
+        "idle connections kept the drain going for {took:?} (window 30 s)"
+    );
+    drop(clients);
 }

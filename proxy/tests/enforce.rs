@@ -287,6 +287,24 @@ fn check_rejection(a: &Answer) {
         message.contains("lane heavy") && message.contains("list pods cluster"),
         "{message}"
     );
+    // The cost by its one name, and the limit that bound, in words and as causes.
+    let causes = status["details"]["causes"].as_array().expect("causes");
+    let cost = causes
+        .iter()
+        .find(|c| c["reason"] == "PredictedCostBytes")
+        .and_then(|c| c["message"].as_str())
+        .expect("a PredictedCostBytes cause");
+    assert!(cost.parse::<u64>().expect("bytes") > 0, "{cost}");
+    assert!(
+        message.contains(&format!("predicted cost {cost} bytes")),
+        "{message}"
+    );
+    let bound = causes
+        .iter()
+        .find(|c| c["reason"] == "BoundBy")
+        .and_then(|c| c["message"].as_str())
+        .expect("a BoundBy cause");
+    assert!(message.contains(&format!("bound by {bound}")), "{message}");
 }
 
 async fn wait_until(what: &str, deadline: Duration, mut cond: impl FnMut() -> bool) {
@@ -437,9 +455,31 @@ async fn dry_run_refuses_nothing_but_counts_what_it_would_have() {
         "dry run refuses nothing"
     );
     assert!(ok.load(Ordering::Relaxed) >= 3);
+    // Counted as would-rejects, apart from enforce's rejects.
     let patterns = s.tg.gateway.patterns();
     assert!(patterns
         .iter()
-        .any(|p| p.resource == "pods" && p.rejected > 0));
+        .any(|p| p.resource == "pods" && p.would_reject > 0));
+    assert!(
+        patterns.iter().all(|p| p.rejected == 0),
+        "nothing was refused: {patterns:?}"
+    );
+    let m = g.encode_metrics().unwrap();
+    assert_eq!(
+        metric_sum(
+            &m,
+            "tollgate_decisions_total",
+            &["mode=\"enforce\"", "decision=\"reject\""]
+        ),
+        0.0
+    );
+    assert!(
+        metric_sum(
+            &m,
+            "tollgate_predicted_cost_bytes_total",
+            &["mode=\"dryRun\"", "decision=\"reject\""]
+        ) > 0.0,
+        "the would-rejects' predicted cost"
+    );
     s.tg.stop().await;
 }

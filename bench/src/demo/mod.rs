@@ -50,7 +50,7 @@ use static_pools::Tried;
 pub struct DemoConfig {
     /// Directory for the report and each run's files.
     pub output: PathBuf,
-    /// The ~1-minute version: a smaller control plane and shorter runs.
+    /// The ~2-minute version: a smaller control plane and 10-second runs.
     pub quick: bool,
     pub nodes: Option<u64>,
     pub pods: Option<u64>,

@@ -47,6 +47,7 @@ use crate::enforce::slots::{LaneSlot, LaneSlots, SlotLimits, SlotOutcome};
 use crate::pattern::PatternKey;
 
 use super::flow::Flow;
+use super::pages::{Lineage, Pages};
 
 /// What an admitted request holds until its response ends.
 #[derive(Debug, Default)]
@@ -204,6 +205,35 @@ pub struct PoolView {
     pub containers: Option<f64>,
 }
 
+/// The heavy lane at a rejection: the pool's level, rate and burst, the
+/// queue, the in-flight budget.
+#[derive(Debug, Clone, Copy)]
+pub struct HeavyState {
+    pub level: f64,
+    pub rate: f64,
+    pub burst: f64,
+    pub queued: usize,
+    /// Predicted bytes waiting in the heavy queues.
+    pub queued_bytes: f64,
+    pub inflight: usize,
+    pub inflight_bytes: f64,
+    pub inflight_used_bytes: f64,
+    /// `static` or `adaptive`.
+    pub mode: &'static str,
+}
+
+impl HeavyState {
+    /// Seconds the pool takes to refill from empty: how soon the budget
+    /// turns over.
+    pub fn turnover_seconds(&self) -> f64 {
+        if self.rate > 0.0 {
+            self.burst / self.rate
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
 /// Admission control, shared by all requests.
 pub struct Admission {
     /// The shared etcd-read budget's gate, when `quota.global` is on.
@@ -218,6 +248,8 @@ pub struct Admission {
     /// Light requests' latencies, taken in at the next lock.
     latencies: LatencyQueue,
     rates: ClientRates,
+    /// Lists in progress, whose continue pages go at once.
+    pages: Mutex<Pages>,
     log: LogLimiter,
     seq: AtomicU64,
     /// Guard triggers, by cause (exported).
@@ -246,6 +278,7 @@ impl Admission {
             slots: Arc::new(LaneSlots::default()),
             flow_keys: RandomState::new(),
             rates: ClientRates::default(),
+            pages: Mutex::new(Pages::default()),
             log: LogLimiter::new(now),
             seq: AtomicU64::new(0),
             on_guard,
@@ -492,6 +525,65 @@ impl Admission {
             SlotOutcome::Refused(Refused::TooManyFlows) => {
                 self.reject(Reason::TooManyFlows, second, &flow.name(), s)
             }
+        }
+    }
+
+    /// A page of the list `lineage` costing `page_cost` was admitted the
+    /// ordinary way; the resource's whole state costs `whole_cost`: its
+    /// continue pages go at once for a while ([`super::pages`]).
+    pub fn page_admitted(&self, lineage: Lineage, page_cost: f64, whole_cost: f64) {
+        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        pages.admitted(lineage, page_cost, whole_cost, Instant::now());
+    }
+
+    /// A continue page of `lineage` costing `cost`: admitted at once if its
+    /// list is in progress (its cost debited from the pool, which may go
+    /// into debt, and held in the in-flight budget, which it may overfill),
+    /// `None` to be admitted the ordinary way. Not held to the per-client
+    /// rate, the queues or the heavy lane's in-flight limit: the list was
+    /// admitted as a whole.
+    pub fn admit_continuation(
+        self: &Arc<Self>,
+        lineage: &Lineage,
+        cost: f64,
+        s: AdmissionSettings<'_>,
+    ) -> Option<Verdict> {
+        let now = Instant::now();
+        {
+            let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+            if !pages.take(lineage, cost, now) {
+                return None;
+            }
+        }
+        let mut h = self.lock();
+        h.refresh(s, now);
+        h.pool.force_debit(cost, now);
+        h.budget.acquire(cost, true, now);
+        h.inflight += 1;
+        drop(h);
+        Some(Verdict::admit(
+            Reason::Continuation,
+            Hold::Heavy(Box::new(HeavyTicket::new(self, cost))),
+        ))
+    }
+
+    /// What bounds the heavy lane now, for a rejection's log line and
+    /// message: the pool, the in-flight budget, the queue.
+    pub fn heavy_state(&self, s: AdmissionSettings<'_>) -> HeavyState {
+        let now = Instant::now();
+        let mut h = self.lock();
+        h.refresh(s, now);
+        let b = h.budget.view(now);
+        HeavyState {
+            level: h.pool.level(now),
+            rate: h.pool.rate(),
+            burst: h.pool.burst(),
+            queued: h.queue.len() + usize::from(h.staged.is_some()),
+            queued_bytes: h.queue.bytes() + h.staged.as_ref().map_or(0.0, |e| e.1),
+            inflight: h.inflight,
+            inflight_bytes: b.inflight_bytes,
+            inflight_used_bytes: b.inflight_used_bytes,
+            mode: b.mode,
         }
     }
 

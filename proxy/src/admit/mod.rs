@@ -10,6 +10,7 @@
 
 mod admission;
 mod flow;
+pub mod pages;
 mod rewrite;
 
 use std::time::Duration;
@@ -22,16 +23,16 @@ use crate::budget::unlearned::looks_heavy;
 use crate::classify::Classified;
 use crate::config::{Config, Mode};
 use crate::context::RequestCtx;
-use crate::enforce::decision::{charge, Decision};
+use crate::enforce::decision::{charge, Decision, Reason};
 use crate::enforce::lane::{assign, Lane, Subject};
 use crate::identity::Client;
 use crate::metrics::{DecisionLabel, LaneLabel, Metrics, VerbCode};
-use crate::pattern::PatternKey;
+use crate::pattern::{LimitBucket, PatternKey};
 use crate::predict::{PatternCache, PatternStore, Prediction, Source};
 use crate::status::status_response;
 use crate::Body;
 
-pub use admission::{Admission, HeavyTicket, Hold, PoolView, UnlearnedTurn, Verdict};
+pub use admission::{Admission, HeavyState, HeavyTicket, Hold, PoolView, UnlearnedTurn, Verdict};
 pub use flow::Flow;
 pub use rewrite::rewrite_to_cache;
 
@@ -102,6 +103,18 @@ pub async fn admit(
     let mut lane = ctx.lane;
     let settings = config.admission();
     let flow_by = config.quota.queue.flow_by;
+    // A continue page of a list in progress goes at once (no client is
+    // stranded in the middle of a list): before the unlearned pattern's turn,
+    // which would hold it behind another client's page.
+    if lane == Lane::Heavy && continues_a_list(&ctx.key) {
+        let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
+        let lineage = lineage_of(ctx, flow_by);
+        if let Some(verdict) = admission.admit_continuation(&lineage, cost, settings) {
+            record(metrics, &config, lane, &ctx.key, &verdict, cost);
+            ctx.hold = verdict.hold;
+            return Ok(());
+        }
+    }
     // Dry run: not simulated (nothing waits).
     let mut turn = None;
     if lane == Lane::Heavy && !dry {
@@ -153,11 +166,36 @@ pub async fn admit(
     verdict.hold.attach(turn);
     verdict.hold.attach_etcd(etcd);
     if verdict.decision != Decision::Reject {
-        record(metrics, &config, lane, key, &verdict);
+        record(metrics, &config, lane, key, &verdict, cost);
+        if key.is_list_like() && key.limit != LimitBucket(0) {
+            let whole = patterns.lock().prior_bytes(key).unwrap_or(0.0)
+                * (1.0 + config.quota.etcd_read_weight);
+            admission.page_admitted(lineage_of(ctx, flow_by), cost, whole);
+        }
         ctx.hold = verdict.hold;
         return Ok(());
     }
     refuse(admission, patterns, metrics, ctx, verdict, dry)
+}
+
+/// A page after the first: its key says `exact` with a limit, which is
+/// what a `continue` token makes of a paged LIST (clients send their limit
+/// with every page). A LIST at an exact revision with a limit counts too:
+/// it only matters when the same client's list is in progress. Read off the
+/// key, so every request's context stays as small as it is.
+fn continues_a_list(key: &PatternKey) -> bool {
+    key.is_list_like()
+        && key.consistency == Some(apimodel::ConsistencyClass::Exact)
+        && key.limit != LimitBucket(0)
+}
+
+/// The list a page belongs to: its client's flow, resource and scope.
+fn lineage_of(ctx: &RequestCtx, flow_by: crate::enforce::settings::FlowBy) -> pages::Lineage {
+    (
+        Flow::of(&ctx.client, flow_by).name(),
+        ctx.key.resource.clone(),
+        ctx.key.scope.as_str(),
+    )
 }
 
 /// Until a heavy-looking pattern has a completed response, one request of
@@ -196,8 +234,9 @@ async fn unlearned_turn(
     }
 }
 
-/// A rejection: counted, noted on its pattern, logged (rate-limited) and,
-/// unless in dry run, answered with a 429.
+/// A rejection: counted, noted on its pattern (apart for dry run), logged
+/// (rate-limited) with the heavy lane's state and the limit that bound,
+/// and, unless in dry run, answered with a 429.
 fn refuse(
     admission: &Admission,
     patterns: &PatternStore,
@@ -210,18 +249,32 @@ fn refuse(
     let (lane, key, client) = (ctx.lane, &ctx.key, &ctx.client);
     let settings = config.admission();
     let cost = charge(&ctx.predicted, config.quota.etcd_read_weight);
-    record(metrics, config, lane, key, &verdict);
+    record(metrics, config, lane, key, &verdict, cost);
     let who = client.display_name();
-    patterns.lock().note_rejected(key, &who, Instant::now());
+    patterns
+        .lock()
+        .note_rejected(key, &who, dry, Instant::now());
+    let state = admission.heavy_state(settings);
+    let bound = bound_by(verdict.reason, lane, cost, &state, config);
     if let Some(suppressed) = admission.log_allowed(settings) {
         tracing::warn!(
             mode = config.mode.as_str(),
             lane = lane.as_str(),
             client = %who,
             pattern = %key,
-            predicted_bytes = cost as u64,
+            predicted_cost_bytes = cost as u64,
             reason = verdict.reason.as_str(),
+            bound,
             retry_after = verdict.retry_after,
+            budget_mode = state.mode,
+            pool_level_bytes = state.level as i64,
+            pool_bytes_per_second = state.rate as u64,
+            pool_burst_bytes = state.burst as u64,
+            queue_depth = state.queued,
+            queued_bytes = state.queued_bytes as u64,
+            heavy_inflight = state.inflight,
+            inflight_used_bytes = state.inflight_used_bytes as u64,
+            inflight_budget_bytes = state.inflight_bytes as u64,
             suppressed,
             "{}",
             if dry { "would reject (dry run)" } else { "rejected" }
@@ -230,14 +283,20 @@ fn refuse(
     if dry {
         return Ok(());
     }
-    let message = format!(
-        "tollgate: {} (lane {}, pattern \"{key}\", predicted cost {} bytes); retry after {} s",
-        verdict.reason.explain(),
-        lane.as_str(),
-        cost as u64,
-        verdict.retry_after,
-    );
-    let status = Status::too_many_requests(message, verdict.retry_after);
+    let message = rejection_message(&verdict, lane, key, cost, bound, &state);
+    let mut status = Status::too_many_requests(message, verdict.retry_after);
+    if let Some(d) = status.details.as_mut() {
+        d.causes.push(apimodel::status::StatusCause {
+            reason: "PredictedCostBytes".into(),
+            message: format!("{}", cost as u64),
+            field: "predictedCostBytes".into(),
+        });
+        d.causes.push(apimodel::status::StatusCause {
+            reason: "BoundBy".into(),
+            message: bound.into(),
+            field: "bound".into(),
+        });
+    }
     metrics
         .requests
         .get_or_create(&VerbCode {
@@ -248,19 +307,120 @@ fn refuse(
     Err(with_lane(status_response(&status), lane))
 }
 
-/// The admit step's metrics: the decision, the wait, the debit.
-fn record(metrics: &Metrics, config: &Config, lane: Lane, key: &PatternKey, verdict: &Verdict) {
-    metrics.per_decision.inc(
-        metrics,
-        DecisionLabel {
-            mode: config.mode.as_str(),
-            lane: lane.as_str(),
-            verb: key.verb.as_str(),
-            consistency: key.consistency.map_or("none", |c| c.as_str()),
-            decision: verdict.decision.as_str(),
-            reason: verdict.reason.as_str(),
-        },
+/// A Retry-After past this many times the budget's turnover (and past
+/// [`LONG_RETRY_SECONDS`]) is explained in the 429's message.
+const LONG_RETRY_TURNOVERS: f64 = 2.0;
+const LONG_RETRY_SECONDS: u64 = 10;
+
+/// The 429's message: why, the lane, the pattern, its predicted cost and
+/// the limit that bound; and, when the Retry-After is far beyond the
+/// budget's turnover (the pool's refill from empty), why it is that long.
+fn rejection_message(
+    verdict: &Verdict,
+    lane: Lane,
+    key: &PatternKey,
+    cost: f64,
+    bound: &str,
+    state: &HeavyState,
+) -> String {
+    let mut m = format!(
+        "tollgate: {} (lane {}, pattern \"{key}\", predicted cost {} bytes, bound by {bound}); retry after {} s",
+        verdict.reason.explain(),
+        lane.as_str(),
+        cost as u64,
+        verdict.retry_after,
     );
+    let turnover = state.turnover_seconds();
+    let long = verdict.retry_after as f64 > LONG_RETRY_TURNOVERS * turnover.max(1.0)
+        && verdict.retry_after > LONG_RETRY_SECONDS;
+    if long {
+        let why = match verdict.reason {
+            Reason::RateLimit => {
+                "this client's heavy-request rate (quota.perClient.requestsPerSecond) frees a turn no sooner".to_string()
+            }
+            _ => format!(
+                "{} bytes of heavy requests wait ahead of it at {} bytes/s, and its own {} bytes",
+                state.queued_bytes as u64, state.rate as u64, cost as u64
+            ),
+        };
+        m.push_str(&format!(
+            " (longer than the budget's turnover of {turnover:.1} s, because {why})"
+        ));
+    }
+    m
+}
+
+/// The setting whose limit refused a request, by the reason and, for a
+/// heavy request that waited too long, whichever of the heavy lane's
+/// limits is short: its in-flight slots, its in-flight budget, its pool.
+fn bound_by(
+    reason: Reason,
+    lane: Lane,
+    cost: f64,
+    state: &HeavyState,
+    config: &Config,
+) -> &'static str {
+    let heavy = lane == Lane::Heavy;
+    match reason {
+        Reason::Inflight => match lane {
+            Lane::System => "lanes.maxInflight.system",
+            Lane::Workload => "lanes.maxInflight.workload",
+            Lane::SelfLane => "lanes.maxInflight.self",
+            _ => "lanes.maxInflight",
+        },
+        Reason::QueueFull if heavy => "quota.queue.perFlowDepth",
+        Reason::QueueFull => "lanes.queue.perFlowDepth",
+        Reason::TooManyFlows if heavy => "quota.queue.maxFlows",
+        Reason::TooManyFlows => "lanes.queue.maxFlows",
+        Reason::RateLimit => "quota.perClient.requestsPerSecond",
+        Reason::Unlearned => "quota.maxWaitSeconds (an unlearned pattern, one at a time)",
+        Reason::SharedBudget => "quota.global",
+        Reason::MaxWait => {
+            let slots = config.lanes.max_inflight.heavy;
+            let adaptive = state.mode == "adaptive";
+            if slots > 0 && state.inflight >= slots {
+                "lanes.maxInflight.heavy"
+            } else if state.inflight_used_bytes + cost > state.inflight_bytes {
+                if adaptive {
+                    "in-flight budget (adaptive; quota.adaptive.minInflightBytes, quota.inflightBytes)"
+                } else {
+                    "in-flight budget (quota.inflightBytes)"
+                }
+            } else if adaptive {
+                "pool (adaptive rate; quota.adaptive.minBytesPerSecond, quota.bytesPerSecond)"
+            } else {
+                "pool (quota.bytesPerSecond, quota.burstBytes)"
+            }
+        }
+        _ => "none",
+    }
+}
+
+/// The admit step's metrics: the decision, the wait, the debit, the
+/// predicted cost decided on.
+fn record(
+    metrics: &Metrics,
+    config: &Config,
+    lane: Lane,
+    key: &PatternKey,
+    verdict: &Verdict,
+    cost: f64,
+) {
+    let label = DecisionLabel {
+        mode: config.mode.as_str(),
+        lane: lane.as_str(),
+        verb: key.verb.as_str(),
+        consistency: key.consistency.map_or("none", |c| c.as_str()),
+        decision: verdict.decision.as_str(),
+        reason: verdict.reason.as_str(),
+    };
+    if lane == Lane::Heavy {
+        metrics
+            .predicted_cost
+            .get_or_create(&label)
+            .inc_by(cost.max(0.0) as u64);
+    }
+    metrics.per_decision.inc(metrics, label);
     if verdict.decision == Decision::Queue {
         metrics
             .queue_wait
@@ -297,5 +457,115 @@ pub fn on_response_start(admission: &Admission, ctx: &mut RequestCtx, status: St
         let hold = std::mem::take(&mut ctx.hold);
         let debited = hold.debited();
         hold.settle(debited, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::ClientClass;
+    use http::{HeaderMap, Method};
+
+    fn key(url: &str) -> PatternKey {
+        let uri: http::Uri = url.parse().expect("uri");
+        let c = crate::classify::classify(&Method::GET, &uri, &HeaderMap::new()).expect("ok");
+        PatternKey::new(&c, ClientClass::User)
+    }
+
+    fn state() -> HeavyState {
+        HeavyState {
+            level: -2e6,
+            rate: 4e6,
+            burst: 16e6,
+            queued: 12,
+            queued_bytes: 400e6,
+            inflight: 1,
+            inflight_bytes: 64e6,
+            inflight_used_bytes: 36e6,
+            mode: "adaptive",
+        }
+    }
+
+    fn rejected(reason: Reason, retry_after: u64) -> Verdict {
+        Verdict {
+            decision: Decision::Reject,
+            reason,
+            hold: Hold::Nothing,
+            retry_after,
+            waited: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn the_limit_that_bound_is_named_by_its_setting() {
+        let c = Config::default();
+        let s = state();
+        let b = |reason, lane, cost| bound_by(reason, lane, cost, &s, &c);
+        assert_eq!(
+            b(Reason::QueueFull, Lane::Heavy, 1.0),
+            "quota.queue.perFlowDepth"
+        );
+        assert_eq!(
+            b(Reason::QueueFull, Lane::Workload, 1.0),
+            "lanes.queue.perFlowDepth"
+        );
+        assert_eq!(
+            b(Reason::Inflight, Lane::System, 1.0),
+            "lanes.maxInflight.system"
+        );
+        assert_eq!(
+            b(Reason::RateLimit, Lane::Heavy, 1.0),
+            "quota.perClient.requestsPerSecond"
+        );
+        // Waited too long: 36 of 64 MB in flight, so a 40 MB request found no room there…
+        assert!(b(Reason::MaxWait, Lane::Heavy, 40e6).starts_with("in-flight budget"));
+        // …and a 10 MB one waited for the pool's adaptive rate.
+        assert!(b(Reason::MaxWait, Lane::Heavy, 10e6).starts_with("pool (adaptive rate"));
+    }
+
+    #[test]
+    fn a_retry_after_far_beyond_the_turnover_says_why() {
+        let k = key("/api/v1/pods");
+        let s = state();
+        // The budget turns over in 4 s (16 MB at 4 MB/s).
+        let short = rejection_message(
+            &rejected(Reason::QueueFull, 6),
+            Lane::Heavy,
+            &k,
+            36e6,
+            "quota.queue.perFlowDepth",
+            &s,
+        );
+        assert!(!short.contains("turnover"), "{short}");
+        assert!(short.contains("predicted cost 36000000 bytes"), "{short}");
+        assert!(
+            short.contains("bound by quota.queue.perFlowDepth"),
+            "{short}"
+        );
+        let long = rejection_message(
+            &rejected(Reason::QueueFull, 53),
+            Lane::Heavy,
+            &k,
+            36e6,
+            "quota.queue.perFlowDepth",
+            &s,
+        );
+        assert!(
+            long.contains("longer than the budget's turnover of 4.0 s")
+                && long.contains("400000000 bytes of heavy requests wait ahead"),
+            "{long}"
+        );
+        let rate = rejection_message(
+            &rejected(Reason::RateLimit, 30),
+            Lane::Heavy,
+            &k,
+            36e6,
+            "quota.perClient.requestsPerSecond",
+            &s,
+        );
+        assert!(
+            rate.contains("(quota.perClient.requestsPerSecond) frees"),
+            "{rate}"
+        );
     }
 }

@@ -18,7 +18,7 @@ pub struct Flags {
     /// apiserver URL; repeat for several (least outstanding requests) [default: none, required]
     #[arg(long = "upstream", value_name = "URL")]
     pub upstreams: Vec<String>,
-    /// kubeconfig giving the apiserver address, its CA and tollgate's own identity (health checks and scraping only) [default: none]
+    /// kubeconfig giving the apiserver address, its CA and tollgate's own identity (for its own requests, as --upstream-client-cert) [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_kubeconfig: Option<PathBuf>,
     /// CA bundle (PEM) verifying the apiservers' serving certificates [default: none]
@@ -48,10 +48,10 @@ pub struct Flags {
     /// Extra-header prefixes the apiserver trusts, comma-separated, as its flag of the same name (upstream.requestHeaders.extraHeadersPrefixes) [default: none]
     #[arg(long, value_name = "PREFIXES", value_delimiter = ',')]
     pub requestheader_extra_headers_prefix: Vec<String>,
-    /// tollgate's own client certificate, for health checks only [default: none]
+    /// tollgate's own client certificate, for its own requests: health checks, the metrics scrape, the identity-headers ConfigMap, TokenReviews, the container count (upstream.clientCertFile) [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_cert: Option<PathBuf>,
-    /// tollgate's own private key, for health checks only [default: none]
+    /// tollgate's own private key, with --upstream-client-cert (upstream.clientKeyFile) [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_key: Option<PathBuf>,
     /// Admin listener address (/metrics, /healthz, /readyz, /debug/patterns, /debug/budget) [default: 127.0.0.1:9443]
@@ -81,7 +81,7 @@ pub struct Flags {
     /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub max_wait: Option<f64>,
-    /// Cluster-wide etcd-read bytes per second shared by the tollgates of all masters through etcd; 0 = off (quota.global.etcdBytesPerSecond) [default: 0]
+    /// Cluster-wide etcd-read bytes per second shared by the tollgates of all masters through etcd; 0 = off (quota.global.etcdBytesPerSecond) [default: 0, off]
     #[arg(long, value_name = "BYTES")]
     pub global_etcd_bytes_per_second: Option<f64>,
     /// Name of the shared budget in its default key prefix /tollgate/budget/<NAME> (quota.global.cluster) [default: default]

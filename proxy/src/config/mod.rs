@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod bounds;
+pub mod diff;
 mod flags;
 
 pub use crate::predict::settings::{Patterns, Store};

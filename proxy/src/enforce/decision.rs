@@ -31,6 +31,9 @@ pub enum Reason {
     Slot,
     /// The pool had the bytes.
     Pool,
+    /// A continue page of a list whose earlier page was admitted: admitted
+    /// at once, its cost debited ([`crate::admit::pages`]).
+    Continuation,
     /// Costs more than the burst: admitted with a full pool, into debt.
     Debt,
     /// A light lane stayed full for its whole wait.
@@ -57,6 +60,7 @@ impl Reason {
             Reason::Exempt => "exempt",
             Reason::Slot => "slot",
             Reason::Pool => "pool",
+            Reason::Continuation => "continuation",
             Reason::Debt => "debt",
             Reason::Inflight => "inflight",
             Reason::MaxWait => "maxWait",

@@ -171,6 +171,8 @@ pub struct Metrics {
     pub reloads: Family<ResultLabel, Counter>,
     pub resource_objects: Family<ResourceLabel, Gauge>,
     pub decisions: Family<DecisionLabel, Counter>,
+    /// Predicted cost (`predictedCostBytes`) of the heavy lane's decisions.
+    pub predicted_cost: Family<DecisionLabel, Counter>,
     pub lane_inflight: Family<LaneLabel, Gauge>,
     pub queue_wait: HistogramFamily<LaneLabel>,
     pub queued: Gauge,
@@ -235,6 +237,7 @@ impl Metrics {
             reloads: Family::default(),
             resource_objects: Family::default(),
             decisions: Family::default(),
+            predicted_cost: Family::default(),
             lane_inflight: Family::default(),
             queue_wait: Family::new_with_constructor(latency),
             queued: Gauge::default(),
@@ -489,6 +492,12 @@ impl Metrics {
             "Admission decisions (in dryRun: what enforcement would have done), by mode, lane, pattern verb and consistency, decision (admit, queue, reject) and reason",
             self.decisions.clone(),
         );
+        r.register_with_unit(
+            "tollgate_predicted_cost",
+            "Predicted cost of the heavy lane's admission decisions, the bytes each was decided on (predictedCostBytes: response bytes plus quota.etcdReadWeight times the bytes read from etcd), with the labels of tollgate_decisions_total",
+            Unit::Bytes,
+            self.predicted_cost.clone(),
+        );
         r.register(
             "tollgate_lane_inflight_requests",
             "Requests holding an in-flight slot, by lane",
@@ -690,6 +699,16 @@ mod tests {
             })
             .set(1);
         m.decisions
+            .get_or_create(&DecisionLabel {
+                mode: "enforce",
+                lane,
+                verb,
+                consistency: "cache",
+                decision: "admit",
+                reason: "pool",
+            })
+            .inc();
+        m.predicted_cost
             .get_or_create(&DecisionLabel {
                 mode: "enforce",
                 lane,

@@ -55,8 +55,10 @@ pub struct PatternStats {
     pub count: u64,
     pub errors: u64,
     pub cancelled: u64,
-    /// Rejected (in dryRun: would have been), with who sent them.
+    /// Rejected in enforce, with who sent them.
     pub rejected: u64,
+    /// Would have been rejected (dryRun), with who sent them.
+    pub would_reject: u64,
     clients: Vec<(String, f64)>,
     rejected_clients: Vec<(String, f64)>,
 }
@@ -76,6 +78,7 @@ impl PatternStats {
             errors: 0,
             cancelled: 0,
             rejected: 0,
+            would_reject: 0,
             clients: Vec::new(),
             rejected_clients: Vec::new(),
         }
@@ -381,6 +384,32 @@ impl PatternCache {
         }
     }
 
+    /// Bytes one object of the key's resource is taken to weigh: learned
+    /// (a full cluster LIST over the scraped count), else the full state's
+    /// prior over the scraped count, else `patterns.defaultObjectBytes`.
+    pub fn bytes_per_object(&self, key: &PatternKey, full: Option<f64>) -> f64 {
+        let o = self.objects.get(&key.resource);
+        o.and_then(|o| o.bytes_per_object)
+            .or_else(|| {
+                let n = o.map(|o| o.count).filter(|n| *n >= 1.0)?;
+                full.map(|f| f / n)
+            })
+            .unwrap_or(self.settings.default_object_bytes)
+    }
+
+    /// A page (`limit`, and every `continue` page after it) reads and
+    /// returns at most its limit's objects, not the resource's whole state:
+    /// the page's bound is the upper end of its limit bucket (`limit<=500`:
+    /// 500 objects) times [`Self::bytes_per_object`]. kubectl's continue
+    /// pages, a pattern of their own (`exact limit<=500`) unlearned at
+    /// first, were priced as a whole LIST of every pod, and refused.
+    fn page_bound(&self, key: &PatternKey, full: Option<f64>) -> Option<f64> {
+        match key.limit.0 {
+            0 | u64::MAX => None,
+            objects => Some(objects as f64 * self.bytes_per_object(key, full)),
+        }
+    }
+
     /// How many objects of `resource` the apiserver stores, if scraped.
     pub fn object_count(&self, resource: &str) -> Option<f64> {
         self.objects.get(resource).map(|o| o.count)
@@ -425,6 +454,13 @@ impl PatternCache {
             }
             (_, None, None) => (self.settings.default_request_bytes, Source::Default),
         };
+        // Learned, a page's pattern has its own mean; unlearned, it is a page, not the whole.
+        let response_bytes = match self.page_bound(key, prior) {
+            Some(page) if source != Source::Pattern && key.is_list_like() => {
+                response_bytes.min(page)
+            }
+            _ => response_bytes,
+        };
         let read_bytes = if !key.is_list_like() || self.store(key) == Store::WatchCache {
             0.0
         } else if key.has_selector() {
@@ -450,8 +486,8 @@ impl PatternCache {
         }
     }
 
-    /// A request of this pattern was rejected (or would have been).
-    pub fn note_rejected(&mut self, key: &PatternKey, client: &str, now: Instant) {
+    /// A request of this pattern was rejected (`dry`: would have been).
+    pub fn note_rejected(&mut self, key: &PatternKey, client: &str, dry: bool, now: Instant) {
         if !self.patterns.contains_key(key) && self.patterns.len() >= self.settings.capacity {
             self.evict(now);
         }
@@ -461,7 +497,11 @@ impl PatternCache {
             .entry(key.clone())
             .or_insert_with(|| PatternStats::new(now));
         stats.decay_to(now, half_life);
-        stats.rejected += 1;
+        if dry {
+            stats.would_reject += 1;
+        } else {
+            stats.rejected += 1;
+        }
         note_client(&mut stats.rejected_clients, client);
     }
 

@@ -27,14 +27,16 @@ impl PatternStore {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Learned patterns, heaviest first; the lock is held only for the copy.
-    pub fn snapshot(&self) -> Vec<PatternView> {
+    /// Learned patterns, heaviest first, costs charged with
+    /// `etcd_read_weight` (`quota.etcdReadWeight`); the lock is held only
+    /// for the copy.
+    pub fn snapshot(&self, etcd_read_weight: f64) -> Vec<PatternView> {
         let now = Instant::now();
         let cache = self.lock();
         let half_life = cache.settings.half_life_seconds;
         let entries = cache.entries(now);
         drop(cache);
-        view::views(entries, half_life, now)
+        view::views(entries, half_life, etcd_read_weight, now)
     }
 
     /// Object counts scraped from the apiserver (see [`crate::scrape`]).

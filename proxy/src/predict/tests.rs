@@ -251,7 +251,7 @@ fn the_consistent_store_is_learned_from_etcd_list_counts() {
     // 7 consistent LISTs, 1 LIST from etcd (someone else's): the cache served ours.
     assert_eq!(c.learn_store("pods", 1.0, 7), Some(Store::WatchCache));
     assert_eq!(c.predict(&by_node, t0).cost(), 2_000.0);
-    assert_eq!(c.snapshot(t0)[0].store, Some(Store::WatchCache));
+    assert_eq!(c.snapshot(t0, 2.0)[0].store, Some(Store::WatchCache));
     // Etcd LISTs as many as ours: etcd served them.
     assert_eq!(c.learn_store("pods", 7.0, 7), Some(Store::Etcd));
     assert_eq!(c.predict(&by_node, t0).cost(), 10_002_000.0);
@@ -358,7 +358,7 @@ fn eviction_drops_the_coldest_and_keeps_the_bound() {
     assert_eq!(c.len(), 10);
     assert!(c.get(&key(&resources[0])).is_none(), "lightest evicted");
     assert!(c.get(&key(&resources[10])).is_some());
-    let snap = c.snapshot(t0);
+    let snap = c.snapshot(t0, 2.0);
     assert_eq!(snap.len(), 10);
     assert_eq!(snap[0].resource, "r10", "heaviest first");
     assert_eq!(snap[0].bytes_avg, 500_000.0);
@@ -422,8 +422,8 @@ mod properties {
                 c.observe(&k, &Outcome { gzip, completion, full_list: bytes % 3 == 0, ..ok(bytes, 1) }, now);
                 prop_assert!(c.len() <= 16);
             }
-            for v in c.snapshot(t0 + Duration::from_secs(10)) {
-                prop_assert!(v.rate.is_finite() && v.bytes_avg.is_finite() && v.predicted_cost.is_finite());
+            for v in c.snapshot(t0 + Duration::from_secs(10), 2.0) {
+                prop_assert!(v.rate.is_finite() && v.bytes_avg.is_finite() && v.predicted_cost_bytes.is_finite());
             }
         }
     }
@@ -450,4 +450,64 @@ fn a_narrowed_list_is_priced_at_its_share_but_reads_all_from_etcd() {
     // Learned, the pattern's own bytes win.
     c.observe(&by_node, &ok(3_000, 2), t0);
     assert_eq!(c.predict(&by_node, t0).response_bytes, 3_000.0);
+}
+
+#[test]
+fn a_page_is_priced_at_its_limit_not_the_whole_list() {
+    let mut c = cache();
+    let t0 = Instant::now();
+    // 3000 pods, a full LIST of them 12 MB: 4000 bytes each.
+    c.set_object_count("pods", 3000.0);
+    c.observe(&key("/api/v1/pods"), &full(12_000_000), t0);
+    // kubectl's continue page, a pattern never seen: 500 pods, read from etcd.
+    let page = key("/api/v1/pods?limit=500&continue=abc");
+    assert_eq!(page.consistency, Some(ConsistencyClass::Exact));
+    let p = c.predict(&page, t0);
+    assert_eq!(
+        (p.response_bytes, p.read_bytes, p.source),
+        (2_000_000.0, 2_000_000.0, Source::Prior)
+    );
+    // A limit past the resource's size costs no more than the whole.
+    let big = c.predict(&key("/api/v1/pods?limit=5000"), t0);
+    assert_eq!(big.response_bytes, 12_000_000.0);
+    // Learned, a page is what its pages cost.
+    c.observe(&page, &ok(1_500_000, 50), t0);
+    assert_eq!(c.predict(&page, t0).response_bytes, 1_500_000.0);
+    // With nothing known, a page is its limit of default-sized objects.
+    let fresh = cache();
+    let p = fresh.predict(&key("/api/v1/secrets?limit=100"), t0);
+    assert_eq!(p.response_bytes, 100.0 * 4096.0);
+}
+
+#[test]
+fn dry_runs_would_rejects_are_counted_apart_from_rejects() {
+    let mut c = cache();
+    let t0 = Instant::now();
+    let k = key("/api/v1/pods");
+    c.note_rejected(&k, "user:a", true, t0);
+    c.note_rejected(&k, "user:a", true, t0);
+    c.note_rejected(&k, "user:b", false, t0);
+    let s = c.get(&k).expect("noted");
+    assert_eq!((s.rejected, s.would_reject), (1, 2));
+    let v = &c.snapshot(t0, 2.0)[0];
+    assert_eq!((v.rejected, v.would_reject), (1, 2));
+    assert_eq!(v.rejected_clients, vec!["user:a", "user:b"]);
+}
+
+#[test]
+fn debug_patterns_cost_is_what_admission_charges() {
+    let mut c = cache();
+    let t0 = Instant::now();
+    let k = key("/api/v1/pods");
+    c.observe(&k, &full(1_000_000), t0);
+    // A consistent LIST from etcd: 1 MB sent, 1 MB read, weighed twice.
+    let v = &c.snapshot(t0, 2.0)[0];
+    assert_eq!(v.predicted_response_bytes, 1_000_000.0);
+    assert_eq!(v.predicted_etcd_read_bytes, 1_000_000.0);
+    assert_eq!(v.predicted_cost_bytes, 3_000_000.0);
+    let p = c.predict(&k, t0);
+    assert_eq!(
+        v.predicted_cost_bytes,
+        crate::enforce::decision::charge(&p, 2.0)
+    );
 }

@@ -5,7 +5,8 @@
 
 use tokio::time::Instant;
 
-use super::{PatternCache, PatternStats, Store};
+use super::{PatternCache, PatternStats, Prediction, Store};
+use crate::enforce::decision::charge;
 use crate::pattern::PatternKey;
 
 /// A learned pattern as `/debug/patterns` shows it.
@@ -23,10 +24,20 @@ pub struct PatternView {
     pub rate: f64,
     pub bytes_avg: f64,
     pub bytes_p95: f64,
-    pub predicted_cost: f64,
+    /// What admission charges a request of this pattern, in bytes:
+    /// `predictedResponseBytes + quota.etcdReadWeight × predictedEtcdReadBytes`.
+    /// The same number as the rejection log's `predicted_cost_bytes`, the
+    /// 429's `predicted cost` and `tollgate_predicted_cost_bytes_total`.
+    pub predicted_cost_bytes: f64,
+    /// The predicted response (uncompressed).
+    pub predicted_response_bytes: f64,
+    /// The predicted bytes the apiserver reads from etcd to serve it (0 from the watch cache).
+    pub predicted_etcd_read_bytes: f64,
     pub latency_p99_ms: f64,
-    /// Rejected (in dryRun: would have been).
+    /// Rejected in enforce.
     pub rejected: u64,
+    /// Would have been rejected, in dryRun.
+    pub would_reject: u64,
     pub top_clients: Vec<String>,
     /// The clients rejected most for this pattern.
     pub rejected_clients: Vec<String>,
@@ -38,7 +49,7 @@ pub struct Entry {
     key: PatternKey,
     stats: PatternStats,
     store: Option<Store>,
-    predicted_cost: f64,
+    predicted: Prediction,
 }
 
 impl PatternCache {
@@ -50,19 +61,29 @@ impl PatternCache {
                 key: key.clone(),
                 stats: s.clone(),
                 store: key.is_list_like().then(|| self.store(key)),
-                predicted_cost: self.predict(key, now).cost(),
+                predicted: self.predict(key, now),
             })
             .collect()
     }
 
-    /// Learned patterns, heaviest first.
-    pub fn snapshot(&self, now: Instant) -> Vec<PatternView> {
-        views(self.entries(now), self.settings.half_life_seconds, now)
+    /// Learned patterns, heaviest first; costs charged with `etcd_read_weight`.
+    pub fn snapshot(&self, now: Instant, etcd_read_weight: f64) -> Vec<PatternView> {
+        views(
+            self.entries(now),
+            self.settings.half_life_seconds,
+            etcd_read_weight,
+            now,
+        )
     }
 }
 
 /// The entries decayed to `now` and formatted, heaviest first.
-pub fn views(entries: Vec<Entry>, half_life: f64, now: Instant) -> Vec<PatternView> {
+pub fn views(
+    entries: Vec<Entry>,
+    half_life: f64,
+    etcd_read_weight: f64,
+    now: Instant,
+) -> Vec<PatternView> {
     let mut views: Vec<PatternView> = entries
         .into_iter()
         .map(|e| {
@@ -79,14 +100,17 @@ pub fn views(entries: Vec<Entry>, half_life: f64, now: Instant) -> Vec<PatternVi
                 rate: s.rate(half_life),
                 bytes_avg: s.bytes_mean().unwrap_or(0.0),
                 bytes_p95: s.bytes_p95(),
-                predicted_cost: e.predicted_cost,
+                predicted_cost_bytes: charge(&e.predicted, etcd_read_weight),
+                predicted_response_bytes: e.predicted.response_bytes,
+                predicted_etcd_read_bytes: e.predicted.read_bytes,
                 latency_p99_ms: s.latency_p99_ms(),
                 rejected: s.rejected,
+                would_reject: s.would_reject,
                 top_clients: s.top_clients(),
                 rejected_clients: s.top_rejected_clients(),
             }
         })
         .collect();
-    views.sort_by(|a, b| b.predicted_cost.total_cmp(&a.predicted_cost));
+    views.sort_by(|a, b| b.predicted_cost_bytes.total_cmp(&a.predicted_cost_bytes));
     views
 }

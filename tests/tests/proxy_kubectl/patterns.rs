@@ -73,8 +73,8 @@ pub(crate) fn debug_patterns_after_a_mixed_load(client: Scheme) -> anyhow::Resul
             .iter()
             .map(|p| {
                 format!(
-                    "{} count={} bytesAvg={} predictedCost={}",
-                    p["pattern"], p["count"], p["bytesAvg"], p["predictedCost"]
+                    "{} count={} bytesAvg={} predictedCostBytes={}",
+                    p["pattern"], p["count"], p["bytesAvg"], p["predictedCostBytes"]
                 )
             })
             .collect::<Vec<_>>()
@@ -168,7 +168,7 @@ pub(crate) fn debug_patterns_after_a_mixed_load(client: Scheme) -> anyhow::Resul
         eprintln!(
             "{kind:?}: {} learned {learned:.0} B, actual {actual:.0} B, predicted cost {:.0}",
             p["pattern"],
-            number(p, "predictedCost")
+            number(p, "predictedCostBytes")
         );
     }
 
@@ -176,7 +176,7 @@ pub(crate) fn debug_patterns_after_a_mixed_load(client: Scheme) -> anyhow::Resul
     // responses are small: a consistent read with a selector reads every pod.
     let (_, on_node) = find("list", "pods", "cluster", Some("consistent"), true)?;
     let full_pods = avg(Kind::Pods);
-    let predicted = number(on_node, "predictedCost");
+    let predicted = number(on_node, "predictedCostBytes");
     assert!(
         avg(Kind::PodsOnNode) < 0.05 * full_pods,
         "the field-selector responses are small: {} vs {full_pods}",
