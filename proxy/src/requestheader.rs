@@ -464,7 +464,7 @@ impl Trusted {
             .clone()
             .unwrap_or_else(|| "not read yet".into());
         Err(format!(
-            "the identity headers the apiserver trusts are not known (GET {CONFIGMAP_PATH}: \
+            "the identity headers the apiserver trusts are not known (reading {CONFIGMAP_PATH}: \
              {why}; upstream.requestHeaders lacks {}): X-*-User, X-*-Group(s), X-*-Extra-* and \
              X-*-Uid of unknown kinds are stripped from every request",
             fields.join(", ")
