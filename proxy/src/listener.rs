@@ -103,7 +103,7 @@ pub struct Listener {
     reserved: Gauge,
     /// Connections open per source address; an address leaves at zero, so it
     /// holds at most as many as are open.
-    sources: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    sources: Sources,
 }
 
 /// An accepted connection; its `slot` under the cap is given back when dropped.
@@ -115,11 +115,14 @@ pub struct Accepted {
     pub reserved: bool,
 }
 
+/// Connections open per source address.
+type Sources = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
 /// One connection counted against its listener's caps until dropped.
 #[derive(Debug)]
 pub struct Slot {
     open: Gauge,
-    source: Option<(Arc<Mutex<HashMap<IpAddr, usize>>>, IpAddr)>,
+    source: Option<(Sources, IpAddr)>,
 }
 
 impl Drop for Slot {
