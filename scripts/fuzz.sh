@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fuzz tollgate's parsers with libFuzzer (libfuzzer-sys) on stable Rust: the
 # request classifier, label and field selectors (parse, print, parse again),
-# the configuration file and the kubeconfig reader (fuzz/fuzz_targets/).
+# the configuration file, the kubeconfig reader, and the client listener on the
+# wire (raw bytes through hyper's HTTP/1.1 and HTTP/2 parsers and the whole
+# handler, against a stub apiserver on loopback) (fuzz/fuzz_targets/).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   each target SECONDS (default 20)
 #   FUZZ_RUNS=N scripts/fuzz.sh [SECONDS]   stop at N executions (or SECONDS)
@@ -21,7 +23,7 @@ seconds="${1:-20}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(classify selectors config kubeconfig)
+  targets=(classify selectors config kubeconfig wire)
 fi
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \

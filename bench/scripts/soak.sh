@@ -96,7 +96,7 @@ URL=$(wait_line "$TMP/sim.out" "serving the Kubernetes API at " "$SIM_PID" "the 
     --front-proxy-cert "$PKI/front-proxy.crt" --front-proxy-key "$PKI/front-proxy.key" \
     --upstream-client-cert "$PKI/tollgate.crt" --upstream-client-key "$PKI/tollgate.key" \
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
-    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --requestheader-extra-headers-prefix X-Remote-Extra- --requestheader-uid-headers X-Remote-Uid \
     >"$TMP/tollgate.out" 2>"$TMP/tollgate.log" &
 TG_PID=$!
 PIDS+=("$TG_PID")

@@ -1,4 +1,5 @@
-//! The client listener: accept TCP (under `maxConnections`, backing off
+//! The client listener: accept TCP (under `maxConnections` and
+//! `maxConnectionsPerSource`, backing off
 //! when accept fails: [`crate::listener`]), handshake TLS (ALPN h2 / http/1.1,
 //! optional client certificate, checked against the client CA after the
 //! handshake as kube-apiserver does: see [`PeerIdentity`]), serve HTTP/1.1
@@ -30,7 +31,9 @@ use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::handle::handle;
 use crate::identity::{bearer_token, PeerCertificate};
-use crate::listener::{serve_until, Accepted, ActiveBody, Activity, ConnResult, Listener, Until};
+use crate::listener::{
+    serve_until, Accepted, ActiveBody, Activity, Caps, ConnResult, Listener, Until,
+};
 use crate::status::status_response;
 use crate::tls::serving::ServingCerts;
 use crate::tls::ClientCertAuthority;
@@ -58,8 +61,18 @@ pub async fn accept_loop(
 ) {
     let sequence = AtomicU64::new(0);
     let mut listener = Listener::new(listener, "client", gateway.metrics());
-    let cap = || gateway.config().max_connections;
-    while let Some(Accepted { tcp, remote, slot }) = listener.accept(cap, &stop).await {
+    let caps = || {
+        let c = gateway.config();
+        Caps {
+            total: c.max_connections,
+            per_source: c.max_connections_per_source,
+            reserve: 0,
+        }
+    };
+    while let Some(Accepted {
+        tcp, remote, slot, ..
+    }) = listener.accept(caps, &stop).await
+    {
         let _ = tcp.set_nodelay(true);
         let n = sequence.fetch_add(1, Ordering::Relaxed);
         let g = gateway.clone();
@@ -68,7 +81,9 @@ pub async fn accept_loop(
         gateway.tasks().spawn(async move {
             let _slot = slot;
             match served {
-                None => serve_connection(g, tcp, PeerIdentity::None, remote, stop, n).await,
+                None => {
+                    serve_connection(g, tcp, PeerIdentity::None, remote, stop, n, false).await
+                }
                 Some(served) => {
                     let acceptor = TlsAcceptor::from(served.config.clone());
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -78,7 +93,7 @@ pub async fn accept_loop(
                             if matches!(peer, PeerIdentity::Unverified) {
                                 tracing::debug!(%remote, "client certificate not signed by the client CA");
                             }
-                            serve_connection(g, stream, peer, remote, stop, n).await
+                            serve_connection(g, stream, peer, remote, stop, n, false).await
                         }
                         Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
@@ -132,6 +147,18 @@ fn drain_offset(n: u64, window: Duration) -> Duration {
     window.mul_f64(frac)
 }
 
+/// Serve one plain (no TLS) client connection as the client listener does, for the
+/// wire-level fuzz target (`fuzz/fuzz_targets/wire.rs`), which writes raw bytes into an
+/// in-memory stream and closes its write half: HTTP/1.1 then finishes the responses of
+/// what was read instead of dropping them, so every request goes the whole way.
+pub async fn serve_for_fuzzing<I>(gateway: Gateway, io: I, remote: SocketAddr)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let stop = CancellationToken::new();
+    serve_connection(gateway, io, PeerIdentity::None, remote, stop, 0, true).await
+}
+
 async fn serve_connection<I>(
     gateway: Gateway,
     io: I,
@@ -139,6 +166,7 @@ async fn serve_connection<I>(
     remote: SocketAddr,
     stop: CancellationToken,
     n: u64,
+    half_close: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -171,7 +199,8 @@ async fn serve_connection<I>(
             Ok::<_, Infallible>(resp.map(|body| ActiveBody::new(body, guard)))
         }
     });
-    let builder = connection_builder(&config);
+    let mut builder = connection_builder(&config);
+    builder.http1().half_close(half_close);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let idle = Duration::from_secs_f64(config.timeouts.idle_seconds);

@@ -89,14 +89,20 @@ impl Gateway {
         if config.tls.client_ca_file.is_some() && !pool.has_front_proxy() {
             tracing::warn!("client certificates are verified but no front-proxy certificate is set: certificate clients reach the apiserver anonymous");
         }
-        let review = &config.token_review;
-        let reviews = review.enabled.then(|| {
-            Arc::new(TokenReviews::new(Duration::from_secs_f64(
-                review.cache_seconds,
-            )))
-        });
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry));
+        let review = &config.token_review;
+        let reviews = review.enabled.then(|| {
+            TokenReviews::new(
+                Duration::from_secs_f64(review.cache_seconds),
+                crate::tokenreview::Limits {
+                    per_second: review.per_source_per_second,
+                    burst: review.per_source_burst as f64,
+                    in_flight: review.per_source_in_flight,
+                },
+                metrics.token_reviews.clone(),
+            )
+        });
         let triggers = metrics.guard_triggers.clone();
         let admission = Arc::new(Admission::new(
             config.admission(),
@@ -223,9 +229,22 @@ impl Gateway {
         self.inner.draining.store(true, Ordering::Relaxed);
     }
 
-    /// Ready: an upstream is healthy and no drain has begun.
+    /// Ready: an upstream is healthy, no drain has begun, and, with a front-proxy
+    /// certificate, tollgate knows every identity header the apiserver trusts.
     pub fn ready(&self) -> bool {
-        !self.inner.draining.load(Ordering::Relaxed) && self.inner.pool.ready()
+        self.readiness().is_ok()
+    }
+
+    /// [`Gateway::ready`], or why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.inner.draining.load(Ordering::Relaxed) {
+            return Err("draining".into());
+        }
+        let pool = &self.inner.pool;
+        if !pool.ready() {
+            return Err("no upstream is healthy".into());
+        }
+        pool.trusted_headers().readiness(pool.has_front_proxy())
     }
 
     /// Learned patterns, heaviest first, each with the cost admission charges.
@@ -356,10 +375,12 @@ impl Gateway {
             .lock()
             .set_settings(new.patterns.clone());
         // Names added to upstream.requestHeaders are stripped at once; none stops being.
-        self.inner
-            .pool
-            .trusted_headers()
+        let pool = &self.inner.pool;
+        pool.trusted_headers()
             .configure(&new.upstream.request_headers);
+        new.upstream
+            .request_headers
+            .warn_if_incomplete(pool.has_front_proxy());
         let changed = config::diff::changes(&old, &new);
         self.inner.config.set(new);
         tracing::info!(%changed, "configuration reloaded");

@@ -7,14 +7,22 @@
 //!   closed as soon as it is accepted (`tollgate_connections_refused_total`),
 //!   so the kernel's backlog keeps draining and clients fail fast instead
 //!   of waiting on a connection nobody serves;
+//! - a cap per source address under it ([`Caps::per_source`]), so one address
+//!   holding silent connections cannot lock the others out (it once could, until
+//!   the handshake timeout);
+//! - a reserve past the cap ([`Caps::reserve`]) whose connections are marked
+//!   [`Accepted::reserved`]: the admin listener serves only its health endpoints
+//!   on them, briefly, so a local user holding every admin connection cannot get
+//!   tollgate restarted by its liveness probe;
 //! - each connection's requests in flight ([`Activity`]) and serving it
 //!   until it ends, is stopped, or has been idle too long ([`serve_until`]).
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -59,6 +67,28 @@ impl Backoff {
 
 // === impl Listener ===
 
+/// A listener's bounds, read at each accept (so a reload applies at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Connections open at once.
+    pub total: usize,
+    /// Connections open at once from one address; `0`: no such cap.
+    pub per_source: usize,
+    /// Connections accepted past `total` (and past `per_source`), marked reserved.
+    pub reserve: usize,
+}
+
+impl Caps {
+    /// `total` connections, nothing else.
+    pub fn total(total: usize) -> Caps {
+        Caps {
+            total,
+            per_source: 0,
+            reserve: 0,
+        }
+    }
+}
+
 /// A bound listener with its name (`client`, `admin`: the metrics' label).
 pub struct Listener {
     tcp: TcpListener,
@@ -69,6 +99,11 @@ pub struct Listener {
     errors: Counter,
     refused: Counter,
     open: Gauge,
+    /// Reserved connections open.
+    reserved: Gauge,
+    /// Connections open per source address; an address leaves at zero, so it
+    /// holds at most as many as are open.
+    sources: Sources,
 }
 
 /// An accepted connection; its `slot` under the cap is given back when dropped.
@@ -76,15 +111,32 @@ pub struct Accepted {
     pub tcp: TcpStream,
     pub remote: SocketAddr,
     pub slot: Slot,
+    /// Accepted past the cap, into the reserve.
+    pub reserved: bool,
 }
 
-/// One connection counted against its listener's cap until dropped.
+/// Connections open per source address.
+type Sources = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// One connection counted against its listener's caps until dropped.
 #[derive(Debug)]
-pub struct Slot(Gauge);
+pub struct Slot {
+    open: Gauge,
+    source: Option<(Sources, IpAddr)>,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.dec();
+        self.open.dec();
+        if let Some((sources, ip)) = &self.source {
+            let mut sources = sources.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = sources.get_mut(ip) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    sources.remove(ip);
+                }
+            }
+        }
     }
 }
 
@@ -99,14 +151,15 @@ impl Listener {
             errors: metrics.accept_errors.get_or_create(&label).clone(),
             refused: metrics.connections_refused.get_or_create(&label).clone(),
             open: metrics.open_connections.get_or_create(&label).clone(),
+            reserved: Gauge::default(),
+            sources: Arc::default(),
         }
     }
 
-    /// The next connection while fewer than `cap()` are open (read at each
-    /// accept, so a reload applies at once); `None` once `stop` is cancelled.
+    /// The next connection within `caps()`; `None` once `stop` is cancelled.
     pub async fn accept(
         &mut self,
-        cap: impl Fn() -> usize,
+        caps: impl Fn() -> Caps,
         stop: &CancellationToken,
     ) -> Option<Accepted> {
         loop {
@@ -117,25 +170,30 @@ impl Listener {
             match accepted {
                 Ok((tcp, remote)) => {
                     self.backoff.succeeded();
-                    let cap = cap();
-                    if usize::try_from(self.open.get()).is_ok_and(|open| open >= cap) {
-                        self.refused.inc();
-                        if let Some(suppressed) = self.log.allow(1.0, Instant::now()) {
-                            tracing::warn!(
-                                listener = self.name,
-                                cap,
-                                suppressed,
-                                "connection cap reached: new connections are closed"
-                            );
+                    let caps = caps();
+                    match self.admit(remote.ip(), caps) {
+                        Some((slot, reserved)) => {
+                            return Some(Accepted {
+                                tcp,
+                                remote,
+                                slot,
+                                reserved,
+                            })
                         }
-                        continue;
+                        None => {
+                            self.refused.inc();
+                            if let Some(suppressed) = self.log.allow(1.0, Instant::now()) {
+                                tracing::warn!(
+                                    listener = self.name,
+                                    cap = caps.total,
+                                    per_source = caps.per_source,
+                                    %remote,
+                                    suppressed,
+                                    "connection cap reached (for all or for this address): new connections are closed"
+                                );
+                            }
+                        }
                     }
-                    self.open.inc();
-                    return Some(Accepted {
-                        tcp,
-                        remote,
-                        slot: Slot(self.open.clone()),
-                    });
                 }
                 Err(e) => {
                     self.errors.inc();
@@ -156,6 +214,34 @@ impl Listener {
                 }
             }
         }
+    }
+
+    /// A slot for a connection from `ip` within `caps`, and whether it is a
+    /// reserved one; `None` past every cap.
+    fn admit(&self, ip: IpAddr, caps: Caps) -> Option<(Slot, bool)> {
+        let at_cap =
+            |gauge: &Gauge, cap: usize| usize::try_from(gauge.get()).is_ok_and(|open| open >= cap);
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let from_ip = sources.get(&ip).copied().unwrap_or(0);
+        let over_source = caps.per_source > 0 && from_ip >= caps.per_source;
+        if !over_source && !at_cap(&self.open, caps.total) {
+            self.open.inc();
+            *sources.entry(ip).or_insert(0) += 1;
+            let slot = Slot {
+                open: self.open.clone(),
+                source: Some((self.sources.clone(), ip)),
+            };
+            return Some((slot, false));
+        }
+        if caps.reserve > 0 && !at_cap(&self.reserved, caps.reserve) {
+            self.reserved.inc();
+            let slot = Slot {
+                open: self.reserved.clone(),
+                source: None,
+            };
+            return Some((slot, true));
+        }
+        None
     }
 }
 
@@ -354,13 +440,16 @@ mod tests {
         let stop = CancellationToken::new();
         let label = ListenerLabel { listener: "client" };
         let _a = TcpStream::connect(addr).await.expect("connects");
-        let first = listener.accept(|| 1, &stop).await.expect("accepted");
+        let first = listener
+            .accept(|| Caps::total(1), &stop)
+            .await
+            .expect("accepted");
         assert_eq!(metrics.open_connections.get_or_create(&label).get(), 1);
         // A second one is closed at once; a third waits for the accept after the first closed.
         let mut b = TcpStream::connect(addr).await.expect("connects");
         let _c = TcpStream::connect(addr).await.expect("connects");
         let refused = metrics.connections_refused.get_or_create(&label).clone();
-        let waiting = listener.accept(|| 1, &stop);
+        let waiting = listener.accept(|| Caps::total(1), &stop);
         tokio::pin!(waiting);
         tokio::select! {
             _ = &mut waiting => panic!("accepted past the cap"),
@@ -380,5 +469,97 @@ mod tests {
         let _d = TcpStream::connect(addr).await.expect("connects");
         let again = tokio::time::timeout(Duration::from_secs(5), waiting).await;
         assert!(matches!(again, Ok(Some(_))), "accepted again under the cap");
+    }
+
+    /// Issue 34: with `maxConnections: 50`, 50 silent connections from one address
+    /// locked out every other address.
+    #[tokio::test]
+    async fn one_address_at_its_cap_does_not_lock_out_another() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let tcp = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let addr = tcp.local_addr().expect("addr");
+        let mut listener = Listener::new(tcp, "client", &metrics);
+        let stop = CancellationToken::new();
+        let caps = || Caps {
+            total: 50,
+            per_source: 10,
+            reserve: 0,
+        };
+        // Two loopback source addresses: 127.0.0.1 holds its cap and keeps trying.
+        let from = move |ip: [u8; 4]| async move {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket
+                .bind(SocketAddr::from((ip, 0)))
+                .expect("binds a loopback source");
+            socket.connect(addr).await.expect("connects")
+        };
+        let (a, b) = ([127, 0, 0, 1], [127, 0, 0, 2]);
+        let mut held = Vec::new();
+        let mut clients = Vec::new();
+        for _ in 0..10 {
+            clients.push(from(a).await);
+            held.push(listener.accept(caps, &stop).await.expect("accepted"));
+        }
+        for _ in 0..40 {
+            clients.push(from(a).await);
+        }
+        let _other = from(b).await;
+        // The 40 past 127.0.0.1's cap are refused; 127.0.0.2's is accepted.
+        let next = tokio::time::timeout(Duration::from_secs(10), listener.accept(caps, &stop))
+            .await
+            .expect("accepted in time")
+            .expect("accepted");
+        assert_eq!(next.remote.ip().to_string(), "127.0.0.2");
+        let label = ListenerLabel { listener: "client" };
+        assert_eq!(metrics.connections_refused.get_or_create(&label).get(), 40);
+        // 127.0.0.1 gets a slot back when one of its connections closes.
+        held.pop();
+        let _again = from(a).await;
+        let again = tokio::time::timeout(Duration::from_secs(10), listener.accept(caps, &stop))
+            .await
+            .expect("accepted in time")
+            .expect("accepted");
+        assert_eq!(again.remote.ip().to_string(), "127.0.0.1");
+        assert!(!again.reserved);
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_the_reserve_is_marked() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let tcp = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let addr = tcp.local_addr().expect("addr");
+        let mut listener = Listener::new(tcp, "admin", &metrics);
+        let stop = CancellationToken::new();
+        let caps = || Caps {
+            total: 2,
+            per_source: 0,
+            reserve: 1,
+        };
+        let mut kept = Vec::new();
+        for reserved in [false, false, true] {
+            let _client = TcpStream::connect(addr).await.expect("connects");
+            let c = listener.accept(caps, &stop).await.expect("accepted");
+            assert_eq!(c.reserved, reserved);
+            kept.push((_client, c));
+        }
+        // Past the reserve too: closed.
+        let _client = TcpStream::connect(addr).await.expect("connects");
+        let label = ListenerLabel { listener: "admin" };
+        let refused = metrics.connections_refused.get_or_create(&label).clone();
+        tokio::select! {
+            _ = listener.accept(caps, &stop) => panic!("accepted past the reserve"),
+            _ = async {
+                while refused.get() < 1 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            } => {}
+        }
+        // A reserved connection closed frees its place in the reserve.
+        kept.pop();
+        let _client = TcpStream::connect(addr).await.expect("connects");
+        let c = listener.accept(caps, &stop).await.expect("accepted");
+        assert!(c.reserved);
     }
 }

@@ -13,11 +13,20 @@
 //! - `upstream.requestHeaders` (configured, [`Settings`]; a reload adds names);
 //! - ConfigMap `kube-system/extension-apiserver-authentication`, which
 //!   kube-apiserver publishes with its `--requestheader-*` lists, read with
-//!   tollgate's own identity before serving ([`learn_at_start`]) and every
-//!   `refreshSeconds` ([`learn_loop`]) when tollgate has a front-proxy certificate:
-//!   without one the apiserver reads no identity header from tollgate's
-//!   connections, and `X-Remote-*` and the configured names are stripped anyway. Names once learned stay stripped: several
-//!   apiservers may have published different lists, and a stale name costs nothing.
+//!   tollgate's own identity before serving ([`learn_at_start`]) and watched
+//!   from then on ([`learn_loop`], a list and a watch, listed again when the watch
+//!   ends or fails), when tollgate has a front-proxy certificate: without one the
+//!   apiserver reads no identity header from tollgate's connections, and
+//!   `X-Remote-*` and the configured names are stripped anyway. Names once learned
+//!   stay stripped: several apiservers may have published different lists, and a
+//!   stale name costs nothing.
+//!
+//! **Fail closed.** With a front-proxy certificate, a kind of name (user, group,
+//! extra, uid) neither learned nor configured is stripped by a wildcard: any
+//! `X-*-User`, `X-*-Group`, `X-*-Groups`, `X-*-Extra-*`, `X-*-Uid` (names are
+//! lower case in `http`, whatever case the client sent, HTTP/1.1 or HTTP/2), and
+//! tollgate is not ready ([`Trusted::readiness`]) until it knows every kind, in
+//! every mode: an apiserver may trust names tollgate has never heard of.
 //!
 //! A certificate client's identity is forwarded only under the names the apiserver
 //! reads first: the first username and group header of the last learned lists, else
@@ -28,9 +37,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, Config, Mode};
+use crate::config::{Config, Mode};
 use crate::forward::UpstreamPool;
 use crate::identity::Identity;
 use crate::metrics::{Metrics, ResultLabel};
@@ -60,9 +68,11 @@ pub struct Settings {
     pub group_headers: Vec<String>,
     /// `--requestheader-extra-headers-prefix`. Default: none.
     pub extra_headers_prefixes: Vec<String>,
-    /// `--requestheader-uid-headers`. Default: none.
+    /// `--requestheader-uid-headers`; for an apiserver without that flag (before
+    /// 1.32) any name, e.g. `X-Remote-Uid`. Default: none.
     pub uid_headers: Vec<String>,
-    /// Seconds between reads of the ConfigMap. Default `60`.
+    /// Seconds a watch of the ConfigMap runs before it is listed again, and the
+    /// longest wait between reads that fail. Default `60`.
     pub refresh_seconds: f64,
 }
 
@@ -85,6 +95,36 @@ impl Settings {
             && self.group_headers.is_empty()
             && self.extra_headers_prefixes.is_empty()
             && self.uid_headers.is_empty())
+    }
+
+    /// The lists left empty (their field names): with any of them empty the
+    /// configuration alone does not say every name the apiserver trusts.
+    pub fn missing(&self) -> Vec<&'static str> {
+        [
+            ("usernameHeaders", &self.username_headers),
+            ("groupHeaders", &self.group_headers),
+            ("extraHeadersPrefixes", &self.extra_headers_prefixes),
+            ("uidHeaders", &self.uid_headers),
+        ]
+        .into_iter()
+        .filter(|(_, list)| list.is_empty())
+        .map(|(field, _)| field)
+        .collect()
+    }
+
+    /// Warn when some lists are set and others not (at start and on reload): the
+    /// kinds left out are stripped by the wildcard rule, and tollgate is not ready
+    /// until it has learned the apiserver's lists.
+    pub fn warn_if_incomplete(&self, front_proxy: bool) {
+        let missing = self.missing();
+        if front_proxy && self.any() && !missing.is_empty() {
+            tracing::warn!(
+                missing = %missing.join(", "),
+                "upstream.requestHeaders is incomplete: the kinds it leaves out are stripped by \
+                 the wildcard rule (X-*-User, X-*-Group(s), X-*-Extra-*, X-*-Uid) and tollgate is \
+                 not ready until it reads the apiserver's lists from {CONFIGMAP_PATH}"
+            );
+        }
     }
 
     /// Every name is a valid header name; the field at fault otherwise.
@@ -203,9 +243,55 @@ pub struct TrustedHeaders {
     group: HeaderName,
     /// The forward names came from a ConfigMap.
     learned: bool,
+    /// The kinds whose names are not known ([`Kind`] bits): stripped by the
+    /// wildcard rule when the request goes through the front-proxy certificate.
+    unknown: u8,
+}
+
+/// A kind of identity header, as the apiserver's four lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    User = 1,
+    Group = 2,
+    Extra = 4,
+    Uid = 8,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::User, Kind::Group, Kind::Extra, Kind::Uid];
+    const EVERY: u8 = 15;
+
+    /// The configuration field naming this kind.
+    pub fn field(self) -> &'static str {
+        match self {
+            Kind::User => "usernameHeaders",
+            Kind::Group => "groupHeaders",
+            Kind::Extra => "extraHeadersPrefixes",
+            Kind::Uid => "uidHeaders",
+        }
+    }
+
+    /// Whether `name` (lower case) is one the apiserver might trust for this
+    /// kind under a name tollgate does not know: `X-*-User`, `X-*-Group`,
+    /// `X-*-Groups`, `X-*-Extra-*`, `X-*-Uid` (the `*` may be empty: `X-User`).
+    pub fn wildcard(self, name: &str) -> bool {
+        let Some(rest) = name.strip_prefix("x-") else {
+            return false;
+        };
+        // `x-user` and `x-remote-user` alike.
+        let dashed =
+            |word: &str| rest == word || rest.strip_suffix(word).is_some_and(|r| r.ends_with('-'));
+        match self {
+            Kind::User => dashed("user"),
+            Kind::Group => dashed("group") || dashed("groups"),
+            Kind::Uid => dashed("uid"),
+            Kind::Extra => rest.starts_with("extra-") || rest.contains("-extra-"),
+        }
+    }
 }
 
 impl Default for TrustedHeaders {
+    /// Nothing known: `X-Remote-*` stripped, and every kind by the wildcard.
     fn default() -> Self {
         TrustedHeaders {
             names: Vec::new(),
@@ -213,6 +299,7 @@ impl Default for TrustedHeaders {
             user: HeaderName::from_static("x-remote-user"),
             group: HeaderName::from_static("x-remote-group"),
             learned: false,
+            unknown: Kind::EVERY,
         }
     }
 }
@@ -226,10 +313,12 @@ impl TrustedHeaders {
     }
 
     /// These names added to the stripped ones; forwarded under their first ones from now on.
+    /// An apiserver's published lists are all it trusts: every kind is known.
     pub fn learned(&self, names: &HeaderNames) -> TrustedHeaders {
         let mut t = self.clone();
         t.add(names);
         t.learned = true;
+        t.unknown = 0;
         if let Some(user) = names.user.first() {
             t.user = user.clone();
         }
@@ -240,7 +329,18 @@ impl TrustedHeaders {
     }
 
     /// Strip `names` too; when nothing was learned yet, forward under their first ones.
+    /// A kind with a name is known from now on.
     fn add(&mut self, names: &HeaderNames) {
+        for (kind, known) in [
+            (Kind::User, !names.user.is_empty()),
+            (Kind::Group, !names.group.is_empty()),
+            (Kind::Extra, !names.extra_prefixes.is_empty()),
+            (Kind::Uid, !names.uid.is_empty()),
+        ] {
+            if known {
+                self.unknown &= !(kind as u8);
+            }
+        }
         if !self.learned {
             if let Some(user) = names.user.first() {
                 self.user = user.clone();
@@ -262,10 +362,31 @@ impl TrustedHeaders {
         }
     }
 
-    /// Whether the apiserver may take `name` as identity.
+    /// Whether the apiserver may take `name` as identity on a front-proxy connection.
     pub fn strips(&self, name: &HeaderName) -> bool {
+        self.strips_known(name) || self.strips_wild(name)
+    }
+
+    /// A name learned or configured.
+    fn strips_known(&self, name: &HeaderName) -> bool {
         let s = name.as_str();
         self.prefixes.iter().any(|p| s.starts_with(p.as_str())) || self.names.contains(name)
+    }
+
+    /// A name of an unknown kind's wildcard.
+    fn strips_wild(&self, name: &HeaderName) -> bool {
+        self.unknown != 0
+            && Kind::ALL
+                .iter()
+                .any(|k| self.unknown & (*k as u8) != 0 && k.wildcard(name.as_str()))
+    }
+
+    /// The kinds whose names tollgate knows neither from a ConfigMap nor from its configuration.
+    pub fn unknown(&self) -> Vec<Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| self.unknown & (*k as u8) != 0)
+            .collect()
     }
 
     /// The names a certificate client's user and groups are forwarded under.
@@ -275,11 +396,13 @@ impl TrustedHeaders {
 
     /// Remove every header the apiserver may take as identity, then, when
     /// `front_proxy` is set, add a certificate identity under the names it reads.
+    /// Without a front-proxy certificate the apiserver reads no identity header
+    /// from tollgate's connections: the known names go, the wildcard is not applied.
     pub fn rewrite(&self, headers: &mut HeaderMap, identity: &Identity, front_proxy: bool) {
+        let strips = |n: &HeaderName| self.strips_known(n) || (front_proxy && self.strips_wild(n));
         // Almost no request carries one: look before allocating.
-        if headers.keys().any(|n| self.strips(n)) {
-            let spoofed: Vec<HeaderName> =
-                headers.keys().filter(|n| self.strips(n)).cloned().collect();
+        if headers.keys().any(strips) {
+            let spoofed: Vec<HeaderName> = headers.keys().filter(|n| strips(n)).cloned().collect();
             for name in spoofed {
                 headers.remove(&name);
             }
@@ -302,15 +425,50 @@ impl TrustedHeaders {
 /// The names in force, replaced whole when the ConfigMap teaches more; each
 /// request takes an `Arc` of the version it started with.
 #[derive(Debug)]
-pub struct Trusted(Snapshot<TrustedHeaders>);
+pub struct Trusted {
+    headers: Snapshot<TrustedHeaders>,
+    /// Why the last read of the ConfigMap failed (shown by `/readyz`).
+    last_error: std::sync::Mutex<Option<String>>,
+}
 
 impl Trusted {
     pub fn new(headers: TrustedHeaders) -> Trusted {
-        Trusted(Snapshot::new(headers))
+        Trusted {
+            headers: Snapshot::new(headers),
+            last_error: std::sync::Mutex::new(None),
+        }
     }
 
     pub fn get(&self) -> Arc<TrustedHeaders> {
-        self.0.get()
+        self.headers.get()
+    }
+
+    /// Note why a read of the ConfigMap failed; `None` after one succeeded.
+    pub fn set_error(&self, why: Option<String>) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+
+    /// Ready as far as identity goes: every kind of name known, or no front-proxy
+    /// certificate (the apiserver then reads no identity header from tollgate).
+    /// Otherwise why not, naming what is missing and the last read's error.
+    pub fn readiness(&self, front_proxy: bool) -> Result<(), String> {
+        let unknown = self.get().unknown();
+        if !front_proxy || unknown.is_empty() {
+            return Ok(());
+        }
+        let fields: Vec<&str> = unknown.iter().map(|k| k.field()).collect();
+        let why = self
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| "not read yet".into());
+        Err(format!(
+            "the identity headers the apiserver trusts are not known (reading {CONFIGMAP_PATH}: \
+             {why}; upstream.requestHeaders lacks {}): X-*-User, X-*-Group(s), X-*-Extra-* and \
+             X-*-Uid of unknown kinds are stripped from every request",
+            fields.join(", ")
+        ))
     }
 
     /// Add what an apiserver published; `true` if anything changed.
@@ -333,7 +491,7 @@ impl Trusted {
 
     fn update(&self, next: impl FnOnce(&TrustedHeaders) -> TrustedHeaders) -> bool {
         let mut changed = false;
-        self.0.update(|current| {
+        self.headers.update(|current| {
             let next = next(current);
             changed = next != *current;
             next
@@ -343,7 +501,7 @@ impl Trusted {
 }
 
 /// The ConfigMap read from the first upstream that answers, with tollgate's own identity.
-async fn fetch(pool: &UpstreamPool, timeout: Duration) -> Result<HeaderNames, String> {
+pub(crate) async fn fetch(pool: &UpstreamPool, timeout: Duration) -> Result<HeaderNames, String> {
     let mut why = String::from("no upstream");
     // Healthy ones first; at start none has been checked yet and all count as healthy.
     let mut upstreams: Vec<_> = pool.upstreams().iter().collect();
@@ -366,16 +524,17 @@ pub fn refusal(why: &str) -> String {
         "mode is enforce with a front-proxy certificate, and tollgate cannot learn which request \
          headers the apiserver takes as identity (GET {CONFIGMAP_PATH}: {why}); a client could \
          send one tollgate does not strip. Set upstream.requestHeaders.usernameHeaders, \
-         groupHeaders and extraHeadersPrefixes (--requestheader-username-headers, \
-         --requestheader-group-headers, --requestheader-extra-headers-prefix) to the apiserver's \
-         --requestheader-* flags, or give tollgate an identity (upstream.clientCertFile or \
+         groupHeaders, extraHeadersPrefixes and uidHeaders (--requestheader-username-headers, \
+         --requestheader-group-headers, --requestheader-extra-headers-prefix, \
+         --requestheader-uid-headers) to the apiserver's --requestheader-* flags (all four: \
+         an apiserver without a uid flag trusts none, name any), or give tollgate an identity (upstream.clientCertFile or \
          upstream.kubeconfig) allowed to get that ConfigMap (kube-system Role \
          extension-apiserver-authentication-reader)"
     )
 }
 
 /// How long one read of the ConfigMap may take.
-fn read_timeout(config: &Config) -> Duration {
+pub(crate) fn read_timeout(config: &Config) -> Duration {
     let up = &config.upstream;
     Duration::from_secs_f64(up.connect_timeout_seconds + up.health_check.timeout_seconds)
 }
@@ -383,9 +542,10 @@ fn read_timeout(config: &Config) -> Duration {
 /// Learn the names once before serving, when they matter: with a front-proxy
 /// certificate (without one the apiserver reads no identity header from
 /// tollgate's connections, and tollgate does not ask).
-/// Unlearned, tollgate still strips `X-Remote-*` and the configured names; in
-/// enforce mode with nothing configured that is not enough, and it refuses to
-/// start with [`refusal`]'s message.
+/// Unlearned, tollgate strips `X-Remote-*`, the configured names and, for each
+/// kind the configuration leaves out, its wildcard, and is not ready until
+/// [`learn_loop`] learns the names. In enforce mode with the configuration
+/// incomplete it refuses to start with [`refusal`]'s message.
 pub async fn learn_at_start(
     config: &Config,
     pool: &UpstreamPool,
@@ -395,8 +555,10 @@ pub async fn learn_at_start(
     if !pool.has_front_proxy() {
         return Ok(());
     }
+    config.upstream.request_headers.warn_if_incomplete(true);
     match counted(fetch(pool, read_timeout(config)).await, metrics) {
         Ok(names) => {
+            trusted.set_error(None);
             trusted.learn(&names);
             let t = trusted.get();
             let (user, group) = t.forward_names();
@@ -404,61 +566,25 @@ pub async fn learn_at_start(
             Ok(())
         }
         Err(why) => {
-            let configured = config.upstream.request_headers.any();
-            if config.mode == Mode::Enforce && !configured {
+            let missing = config.upstream.request_headers.missing();
+            if config.mode == Mode::Enforce && !missing.is_empty() {
                 return Err(refusal(&why));
             }
-            tracing::warn!(error = %why, configured,
-                "cannot read the identity headers the apiserver trusts: stripping X-Remote-* and the configured upstream.requestHeaders only; retried every refreshSeconds");
+            trusted.set_error(Some(why.clone()));
+            if missing.is_empty() {
+                tracing::warn!(error = %why,
+                    "cannot read the identity headers the apiserver trusts: stripping X-Remote-* and the configured upstream.requestHeaders; watching for the apiserver's lists");
+            } else {
+                tracing::warn!(error = %why, missing = %missing.join(", "),
+                    "cannot read the identity headers the apiserver trusts: NOT READY until they are read; meanwhile X-*-User, X-*-Group(s), X-*-Extra-*, X-*-Uid (of the kinds upstream.requestHeaders leaves out) are stripped from every request");
+            }
             Ok(())
         }
     }
 }
 
-/// Read the ConfigMap every `upstream.requestHeaders.refreshSeconds` until
-/// `stop`, when tollgate has a front-proxy certificate.
-pub async fn learn_loop(
-    config: Arc<config::Current>,
-    pool: Arc<UpstreamPool>,
-    trusted: Arc<Trusted>,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
-    // Without a front-proxy certificate the apiserver reads no identity header from
-    // tollgate's connections: the names do not matter, and tollgate asks nothing.
-    if !pool.has_front_proxy() {
-        return;
-    }
-    // Logged as a warning when it starts failing, then at debug level.
-    let mut failing = false;
-    loop {
-        let c = config.get();
-        let wait = Duration::from_secs_f64(c.upstream.request_headers.refresh_seconds);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        match counted(fetch(&pool, read_timeout(&c)).await, &metrics) {
-            Ok(names) => {
-                failing = false;
-                if trusted.learn(&names) {
-                    tracing::info!(
-                        ?names,
-                        "the apiserver trusts more identity headers: stripping them too"
-                    );
-                }
-            }
-            Err(e) if !failing => {
-                failing = true;
-                tracing::warn!(error = %e, "cannot read the identity headers the apiserver trusts; keeping the names known so far");
-            }
-            Err(e) => tracing::debug!(error = %e, "reading the identity headers failed"),
-        }
-    }
-}
-
 /// A read's result, counted in `tollgate_requestheader_reads_total`.
-fn counted<T, E>(read: Result<T, E>, metrics: &Metrics) -> Result<T, E> {
+pub(crate) fn counted<T, E>(read: Result<T, E>, metrics: &Metrics) -> Result<T, E> {
     let result = if read.is_ok() { "ok" } else { "error" };
     metrics
         .requestheader_reads
@@ -468,6 +594,10 @@ fn counted<T, E>(read: Result<T, E>, metrics: &Metrics) -> Result<T, E> {
         .inc();
     read
 }
+
+#[path = "requestheader_watch.rs"]
+mod watch;
+pub use watch::learn_loop;
 
 #[cfg(test)]
 #[path = "requestheader_tests.rs"]

@@ -56,7 +56,7 @@ fn the_configmap_lists_are_read_in_order() {
 }
 
 #[test]
-fn without_lists_x_remote_is_stripped_and_used() {
+fn without_lists_x_remote_and_every_wildcard_name_is_stripped() {
     let t = TrustedHeaders::default();
     let mut h = headers(&[
         ("x-remote-user", "admin"),
@@ -64,18 +64,132 @@ fn without_lists_x_remote_is_stripped_and_used() {
         ("x-remote-extra-scopes", "x"),
         ("x-remote-uid", "0"),
         ("x-forwarded-user", "admin"),
+        ("X-Forwarded-Groups", "system:masters"),
+        ("x-evil-group", "system:masters"),
+        ("x-user", "admin"),
+        ("x-forwarded-extra-scopes", "*"),
+        ("x-extra-scopes", "*"),
+        ("x-forwarded-uid", "0"),
+        ("x-forwarded-for", "10.0.0.1"),
+        ("x-request-id", "1"),
+        ("x-username", "not a wildcard name"),
         ("impersonate-user", "bob"),
     ]);
     t.rewrite(&mut h, &Identity::Anonymous, true);
-    assert_eq!(names(&h), ["impersonate-user", "x-forwarded-user"]);
+    assert_eq!(
+        names(&h),
+        [
+            "impersonate-user",
+            "x-forwarded-for",
+            "x-request-id",
+            "x-username"
+        ]
+    );
     t.rewrite(&mut h, &alice(), true);
     assert_eq!(h["x-remote-user"], "alice");
     let groups: Vec<_> = h.get_all("x-remote-group").iter().collect();
     assert_eq!(groups, ["dev", "ops"]);
-    // No front proxy configured: no identity headers at all.
-    let mut h = HeaderMap::new();
+    // No front proxy configured: no identity headers at all, and the apiserver reads
+    // none from tollgate's connections: only the known names go.
+    let mut h = headers(&[("x-remote-user", "a"), ("x-forwarded-user", "a")]);
     t.rewrite(&mut h, &alice(), false);
-    assert!(h.is_empty(), "{h:?}");
+    assert_eq!(names(&h), ["x-forwarded-user"]);
+}
+
+#[test]
+fn the_wildcard_covers_each_kind_and_nothing_else() {
+    for (kind, yes, no) in [
+        (
+            Kind::User,
+            &["x-remote-user", "x-user", "x-a-b-user"][..],
+            &["x-username", "remote-user", "x-remoteuser", "x-users"][..],
+        ),
+        (
+            Kind::Group,
+            &[
+                "x-remote-group",
+                "x-forwarded-groups",
+                "x-group",
+                "x-groups",
+            ][..],
+            &["x-groupies", "x-remote-grp", "group"][..],
+        ),
+        (
+            Kind::Extra,
+            &["x-remote-extra-a", "x-extra-scopes", "x-forwarded-extra-"][..],
+            &["x-extra", "x-extras-a", "extra-a"][..],
+        ),
+        (
+            Kind::Uid,
+            &["x-remote-uid", "x-uid"][..],
+            &["x-uuid", "x-remote-uids", "uid"][..],
+        ),
+    ] {
+        for n in yes {
+            assert!(kind.wildcard(n), "{kind:?} {n}");
+        }
+        for n in no {
+            assert!(!kind.wildcard(n), "{kind:?} {n}");
+        }
+    }
+}
+
+#[test]
+fn incomplete_configured_names_leave_the_missing_kinds_to_the_wildcard() {
+    // Usernames and groups configured, the extra prefix and uid forgotten (issue 34).
+    let settings = Settings {
+        username_headers: vec!["X-Forwarded-User".into()],
+        group_headers: vec!["X-Forwarded-Groups".into()],
+        ..Settings::default()
+    };
+    assert_eq!(settings.missing(), ["extraHeadersPrefixes", "uidHeaders"]);
+    let t = TrustedHeaders::configured(&settings).expect("valid");
+    assert_eq!(t.unknown(), [Kind::Extra, Kind::Uid]);
+    let mut h = headers(&[
+        ("X-Forwarded-Extra-foo", "bar"),
+        ("x-forwarded-uid", "0"),
+        ("x-evil-groups", "kept: groups are configured"),
+    ]);
+    t.rewrite(&mut h, &Identity::Anonymous, true);
+    assert_eq!(names(&h), ["x-evil-groups"]);
+    let trusted = Trusted::new(t);
+    let why = trusted.readiness(true).expect_err("not ready");
+    assert!(
+        why.contains("extraHeadersPrefixes, uidHeaders") && why.contains("not read yet"),
+        "{why}"
+    );
+    trusted.set_error(Some("status 403".into()));
+    assert!(trusted
+        .readiness(true)
+        .expect_err("not ready")
+        .contains("status 403"));
+    assert_eq!(trusted.readiness(false), Ok(()), "no front proxy");
+    // Completed by a reload: ready, and the wildcard is off.
+    let complete = Settings {
+        extra_headers_prefixes: vec!["X-Forwarded-Extra-".into()],
+        uid_headers: vec!["X-Forwarded-Uid".into()],
+        ..settings
+    };
+    assert!(complete.missing().is_empty());
+    assert!(trusted.configure(&complete));
+    assert_eq!(trusted.readiness(true), Ok(()));
+    let mut h = headers(&[("x-evil-uid", "0"), ("x-forwarded-uid", "0")]);
+    trusted.get().rewrite(&mut h, &Identity::Anonymous, true);
+    assert_eq!(names(&h), ["x-evil-uid"]);
+}
+
+#[test]
+fn a_learned_configmap_makes_every_kind_known() {
+    let trusted = Trusted::new(TrustedHeaders::default());
+    assert!(trusted.readiness(true).is_err());
+    // An apiserver that trusts no identity headers publishes none: known too.
+    assert!(trusted.learn(&HeaderNames::default()));
+    assert_eq!(trusted.readiness(true), Ok(()));
+    let learned = HeaderNames::from_configmap(CONFIGMAP.as_bytes()).expect("parses");
+    assert!(trusted.learn(&learned));
+    let mut h = headers(&[("x-evil-groups", "a"), ("x-forwarded-groups", "a")]);
+    trusted.get().rewrite(&mut h, &Identity::Anonymous, true);
+    assert_eq!(names(&h), ["x-evil-groups"]);
 }
 
 #[test]
@@ -204,6 +318,7 @@ fn the_refusal_says_what_to_set() {
         "status 403",
         "upstream.requestHeaders.usernameHeaders",
         "--requestheader-username-headers",
+        "--requestheader-uid-headers",
         "extension-apiserver-authentication-reader",
     ] {
         assert!(m.contains(what), "{what}: {m}");

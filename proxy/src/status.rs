@@ -41,6 +41,8 @@ impl ErrorSource {
 pub enum ProxyError {
     #[error("malformed request: {0}")]
     BadRequest(#[from] apimodel::ParseError),
+    #[error("malformed request body: {0}")]
+    BadBody(String),
     #[error("no healthy upstream apiserver")]
     NoUpstream,
     #[error("upstream {upstream} failed")]
@@ -62,7 +64,7 @@ pub enum ProxyError {
 impl ProxyError {
     pub fn source_side(&self) -> ErrorSource {
         match self {
-            ProxyError::BadRequest(_) => ErrorSource::Downstream,
+            ProxyError::BadRequest(_) | ProxyError::BadBody(_) => ErrorSource::Downstream,
             ProxyError::NoUpstream
             | ProxyError::Upstream { .. }
             | ProxyError::Timeout { .. }
@@ -75,6 +77,7 @@ impl ProxyError {
     pub fn to_status(&self) -> Status {
         match self {
             ProxyError::BadRequest(e) => Status::bad_request(e.to_string()),
+            ProxyError::BadBody(_) => Status::bad_request(self.to_string()),
             ProxyError::NoUpstream => Status::service_unavailable(self.to_string()),
             ProxyError::Upstream { .. } => {
                 Status::failure(502, "BadGateway", kubeio::error_chain(self))

@@ -166,8 +166,13 @@ async fn health_checks_use_tollgates_own_identity() {
     .await;
     let check = up.last_for("/readyz");
     assert_eq!(check.peer_cn.as_deref(), Some("tollgate-health"));
+    // Ready once the upstream's identity header names are read too (with its own identity).
+    let g = s.tg.gateway.clone();
+    eventually("ready", Duration::from_secs(10), || g.ready()).await;
     let (code, _) = get_text(&h1_client(), &s.tg.admin_url("/readyz")).await;
     assert_eq!(code, StatusCode::OK);
+    let list = up.last_for("/api/v1/namespaces/kube-system/configmaps?");
+    assert_eq!(list.peer_cn.as_deref(), Some("tollgate-health"));
     s.tg.stop().await;
 }
 

@@ -136,6 +136,10 @@ impl Config {
         let mut table = vec![
             ("maxConnections", Count(count(self.max_connections))),
             (
+                "maxConnectionsPerSource",
+                CountOrZero(count(self.max_connections_per_source)),
+            ),
+            (
                 "admin.maxConnections",
                 Count(count(self.admin.max_connections)),
             ),
@@ -207,6 +211,18 @@ impl Config {
             (
                 "tokenReview.cacheSeconds",
                 Seconds(self.token_review.cache_seconds),
+            ),
+            (
+                "tokenReview.perSourcePerSecond",
+                PositiveFactor(self.token_review.per_source_per_second),
+            ),
+            (
+                "tokenReview.perSourceBurst",
+                Count(count(self.token_review.per_source_burst)),
+            ),
+            (
+                "tokenReview.perSourceInFlight",
+                Count(count(self.token_review.per_source_in_flight)),
             ),
             ("patterns.capacity", Count(count(p.capacity))),
             ("patterns.halfLifeSeconds", Seconds(p.half_life_seconds)),

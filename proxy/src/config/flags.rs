@@ -48,6 +48,9 @@ pub struct Flags {
     /// Extra-header prefixes the apiserver trusts, comma-separated, as its flag of the same name (upstream.requestHeaders.extraHeadersPrefixes) [default: none]
     #[arg(long, value_name = "PREFIXES", value_delimiter = ',')]
     pub requestheader_extra_headers_prefix: Vec<String>,
+    /// UID headers the apiserver trusts, comma-separated, as its flag of the same name; for an apiserver without that flag (before 1.32) name any, e.g. X-Remote-Uid: with all four lists set tollgate need not learn them to be ready (upstream.requestHeaders.uidHeaders) [default: none]
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub requestheader_uid_headers: Vec<String>,
     /// tollgate's own client certificate, for its own requests: health checks, the metrics scrape, the identity-headers ConfigMap, TokenReviews, the container count (upstream.clientCertFile) [default: none]
     #[arg(long, value_name = "FILE")]
     pub upstream_client_cert: Option<PathBuf>,
@@ -168,6 +171,7 @@ impl Config {
                 &mut names.extra_headers_prefixes,
                 &flags.requestheader_extra_headers_prefix,
             ),
+            (&mut names.uid_headers, &flags.requestheader_uid_headers),
         ] {
             if !flag.is_empty() {
                 target.clone_from(flag);

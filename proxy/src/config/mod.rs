@@ -72,6 +72,13 @@ pub struct Config {
     /// open-file limit. Default `50000` (a 5,000-node cluster's kubelets,
     /// node agents and controllers, with room).
     pub max_connections: usize,
+    /// Client connections open at once from one address (under
+    /// `maxConnections`); past it that address's new connections are closed at
+    /// once, so one address holding silent connections cannot lock out the others.
+    /// `0`: no such cap. Behind a load balancer that hides client addresses
+    /// (every client then comes from its few addresses) raise it or set `0`.
+    /// Default `1000` (a node's agents hold tens; a controller pod, hundreds at most).
+    pub max_connections_per_source: usize,
     /// Admin listener (`/metrics`, `/healthz`, `/readyz`, `/debug/patterns`);
     /// `null` turns it off. Default `127.0.0.1:9443`.
     pub admin_listen: Option<String>,
@@ -136,8 +143,15 @@ impl Default for Admin {
 pub struct TokenReview {
     /// Review tokens at all. Default `false`.
     pub enabled: bool,
-    /// Seconds an answer is kept. Default `300`.
+    /// Seconds an answer is kept (a rejected token's too). Default `300`.
     pub cache_seconds: f64,
+    /// Reviews a second one client address may cause, on average; its tokens past
+    /// it are not reviewed then (classified by their claims). Default `1`.
+    pub per_source_per_second: f64,
+    /// Reviews one client address may cause at once after a quiet spell. Default `10`.
+    pub per_source_burst: usize,
+    /// Reviews of one client address's tokens in flight at once. Default `2`.
+    pub per_source_in_flight: usize,
 }
 
 impl Default for TokenReview {
@@ -145,6 +159,9 @@ impl Default for TokenReview {
         TokenReview {
             enabled: false,
             cache_seconds: 300.0,
+            per_source_per_second: 1.0,
+            per_source_burst: 10,
+            per_source_in_flight: 2,
         }
     }
 }
@@ -295,6 +312,7 @@ impl Default for Config {
             kind: None,
             listen: "0.0.0.0:6443".into(),
             max_connections: 50_000,
+            max_connections_per_source: 1000,
             admin_listen: Some("127.0.0.1:9443".into()),
             admin: Admin::default(),
             mode: Mode::DryRun,

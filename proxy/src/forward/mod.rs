@@ -20,6 +20,8 @@ mod light_h1;
 mod pool;
 pub mod stall;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::HOST;
@@ -107,13 +109,34 @@ pub async fn forward(
         &ctx.config.upstream.timeouts,
         ctx.config.timeouts.request_seconds,
     );
-    let outbound = Request::from_parts(parts, body.map_err(crate::BoxError::from).boxed());
+    // A client body that breaks off (a chunk size past 64 bits, a malformed chunk) fails
+    // the send too: the client's fault, a 400, not the upstream's 502 (issue 34).
+    let body_failed = (!body.is_end_stream()).then(|| Arc::new(AtomicBool::new(false)));
+    let outbound = match &body_failed {
+        None => Request::from_parts(parts, body.map_err(crate::BoxError::from).boxed()),
+        Some(flag) => {
+            let flag = flag.clone();
+            let body = body.map_err(move |e| {
+                flag.store(true, Ordering::Relaxed);
+                crate::BoxError::from(e)
+            });
+            Request::from_parts(parts, body.boxed())
+        }
+    };
     let how = How {
         front_proxy,
         upgrade: ctx.upgrade,
         bulk: ctx.long_running() || ctx.key.is_list_like() || ctx.lane == Lane::Heavy,
     };
-    let (mut resp, outstanding) = send(pool, outbound, replay, how, bounds.headers).await?;
+    let (mut resp, outstanding) = match send(pool, outbound, replay, how, bounds.headers).await {
+        Ok(sent) => sent,
+        Err(ProxyError::Upstream { source, .. })
+            if body_failed.is_some_and(|f| f.load(Ordering::Relaxed)) =>
+        {
+            return Err(ProxyError::BadBody(kubeio::error_chain(&source)))
+        }
+        Err(e) => return Err(e),
+    };
     if let (StatusCode::SWITCHING_PROTOCOLS, Some(client_side)) = (resp.status(), on_client_upgrade)
     {
         let upstream_side = hyper::upgrade::on(&mut resp);

@@ -405,6 +405,34 @@ impl UpstreamPool {
             .await
             .map_err(|_| "timed out".to_string())?
     }
+
+    /// A GET of tollgate's own whose body streams on (a watch): the response once a
+    /// 2xx head arrives within `timeout`; the caller bounds the body's reads.
+    pub async fn own_stream(
+        &self,
+        u: &Upstream,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, String> {
+        let uri = format!("{}{}", u.url.trim_end_matches('/'), path)
+            .parse::<Uri>()
+            .map_err(|e| e.to_string())?;
+        let mut req = Request::get(uri)
+            .body(crate::status::full(bytes::Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        if let Some(token) = &self.own_token {
+            req.headers_mut()
+                .insert(header::AUTHORIZATION, token.clone());
+        }
+        let resp = tokio::time::timeout(timeout, self.own.request(req))
+            .await
+            .map_err(|_| "timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("status {}", resp.status()));
+        }
+        Ok(resp)
+    }
 }
 
 /// Why a request did not reach an upstream.

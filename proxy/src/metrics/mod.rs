@@ -192,6 +192,8 @@ pub struct Metrics {
     pub scrape_failures: Family<ReasonLabel, Counter>,
     /// Reads of `kube-system/extension-apiserver-authentication`, by result.
     pub requestheader_reads: Family<ResultLabel, Counter>,
+    /// TokenReviews by outcome, and those not made (`limited`).
+    pub token_reviews: Family<ResultLabel, Counter>,
     pub guard_triggers: Family<CauseLabel, Counter>,
     pub cluster_size: Family<UnitLabel, Gauge>,
     pub rewrites: Counter,
@@ -256,6 +258,7 @@ impl Metrics {
             budget_decisions: Family::default(),
             scrape_failures: Family::default(),
             requestheader_reads: Family::default(),
+            token_reviews: Family::default(),
             guard_triggers: Family::default(),
             cluster_size: Family::default(),
             rewrites: Counter::default(),
@@ -288,6 +291,13 @@ impl Metrics {
         for reason in SCRAPE_FAILURE_REASONS {
             self.scrape_failures
                 .get_or_create(&ReasonLabel { reason })
+                .inc_by(0);
+        }
+        for result in crate::tokenreview::OUTCOMES {
+            self.token_reviews
+                .get_or_create(&ResultLabel {
+                    result: result.into(),
+                })
                 .inc_by(0);
         }
         for result in RELOAD_RESULTS {
@@ -611,6 +621,11 @@ fn register_budget(m: &Metrics, r: &mut Registry) {
         m.budget_decisions.clone(),
     );
     r.register(
+        "tollgate_token_reviews",
+        "TokenReviews of client tokens by result (authenticated, rejected, error) and those not made for the client address's limits (limited)",
+        m.token_reviews.clone(),
+    );
+    r.register(
         "tollgate_requestheader_reads",
         "Reads of kube-system/extension-apiserver-authentication (the identity header names the apiserver trusts), by result (ok; error: the names known so far stay)",
         m.requestheader_reads.clone(),
@@ -650,6 +665,7 @@ mod tests {
             "tollgate_certificate_reloads_total{listener=\"client\",result=\"error\"} 0",
             "tollgate_certificate_reloads_total{listener=\"admin\",result=\"ok\"} 0",
             "tollgate_requestheader_reads_total{result=\"error\"} 0",
+            "tollgate_token_reviews_total{result=\"limited\"} 0",
         ] {
             assert!(text.lines().any(|l| l == series), "{series} in\n{text}");
         }

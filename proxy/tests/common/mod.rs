@@ -221,7 +221,46 @@ pub struct Upstream {
     pub url: String,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     pub events: broadcast::Sender<Bytes>,
+    /// ConfigMap `kube-system/extension-apiserver-authentication`.
+    pub auth: Arc<AuthConfigMap>,
     stop: CancellationToken,
+}
+
+/// The upstream's `extension-apiserver-authentication`: its `data` (none: not
+/// published), served by GET, list and watch; [`AuthConfigMap::publish`] changes it and
+/// tells the watches.
+pub struct AuthConfigMap {
+    pub data: Mutex<Option<serde_json::Value>>,
+    pub events: broadcast::Sender<Bytes>,
+}
+
+impl AuthConfigMap {
+    /// What kubeadm's apiserver publishes (X-Remote-*; no uid list, as before 1.32).
+    pub fn kubeadm() -> serde_json::Value {
+        serde_json::json!({
+            "requestheader-username-headers": "[\"X-Remote-User\"]",
+            "requestheader-group-headers": "[\"X-Remote-Group\"]",
+            "requestheader-extra-headers-prefix": "[\"X-Remote-Extra-\"]",
+        })
+    }
+
+    fn object(&self) -> Option<serde_json::Value> {
+        let data = self.data.lock().unwrap().clone()?;
+        Some(serde_json::json!({
+            "kind": "ConfigMap", "apiVersion": "v1",
+            "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system", "resourceVersion": "7"},
+            "data": data,
+        }))
+    }
+
+    /// Publish `data` (or take the ConfigMap away) and send watches the change.
+    pub fn publish(&self, data: Option<serde_json::Value>) {
+        *self.data.lock().unwrap() = data;
+        if let Some(object) = self.object() {
+            let event = serde_json::json!({"type": "MODIFIED", "object": object});
+            let _ = self.events.send(Bytes::from(format!("{event}\n")));
+        }
+    }
 }
 
 impl Drop for Upstream {
@@ -251,10 +290,15 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
         let (events, _) = broadcast::channel(1024);
+        let auth = Arc::new(AuthConfigMap {
+            data: Mutex::new(Some(AuthConfigMap::kubeadm())),
+            events: broadcast::channel(16).0,
+        });
         let up = Upstream {
             url: format!("{scheme}://{addr}"),
             seen: Arc::default(),
             events: events.clone(),
+            auth: auth.clone(),
             stop: CancellationToken::new(),
         };
         let (seen, stop) = (up.seen.clone(), up.stop.clone());
@@ -266,10 +310,12 @@ impl Upstream {
                     a = listener.accept() => a.unwrap(),
                 };
                 let (seen, events, acceptor) = (seen.clone(), events.clone(), acceptor.clone());
+                let auth = auth.clone();
                 tokio::spawn(async move {
                     match acceptor {
                         None => {
-                            serve_upstream(TokioIo::new(tcp), None, seen, events, max_streams).await
+                            serve_upstream(TokioIo::new(tcp), None, seen, events, auth, max_streams)
+                                .await
                         }
                         Some(a) => {
                             let Ok(stream) = a.accept(tcp).await else {
@@ -282,8 +328,15 @@ impl Upstream {
                                 .and_then(|c| c.first())
                                 .and_then(tollgate::identity::PeerCertificate::from_der)
                                 .map(|p| p.user);
-                            serve_upstream(TokioIo::new(stream), cn, seen, events, max_streams)
-                                .await
+                            serve_upstream(
+                                TokioIo::new(stream),
+                                cn,
+                                seen,
+                                events,
+                                auth,
+                                max_streams,
+                            )
+                            .await
                         }
                     }
                 });
@@ -311,13 +364,14 @@ async fn serve_upstream<I>(
     cn: Option<String>,
     seen: Arc<Mutex<Vec<Seen>>>,
     events: broadcast::Sender<Bytes>,
+    auth: Arc<AuthConfigMap>,
     max_streams: Option<u32>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req: Request<Incoming>| {
-        let (seen, events, cn) = (seen.clone(), events.clone(), cn.clone());
-        async move { Ok::<_, Infallible>(upstream_route(req, cn, seen, events).await) }
+        let (seen, events, cn, auth) = (seen.clone(), events.clone(), cn.clone(), auth.clone());
+        async move { Ok::<_, Infallible>(upstream_route(req, cn, seen, events, auth).await) }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder.http2().max_concurrent_streams(max_streams);
@@ -336,6 +390,7 @@ async fn upstream_route(
     peer_cn: Option<String>,
     seen: Arc<Mutex<Vec<Seen>>>,
     events: broadcast::Sender<Bytes>,
+    auth: Arc<AuthConfigMap>,
 ) -> Response<TestBody> {
     let path = req.uri().path().to_string();
     seen.lock().unwrap().push(Seen {
@@ -410,6 +465,30 @@ async fn upstream_route(
     }
     if path == "/echo" {
         return Response::new(req.into_body().map_err(std::io::Error::other).boxed());
+    }
+    if path == "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication" {
+        return match auth.object() {
+            Some(o) => Response::new(ok(Bytes::from(o.to_string()))),
+            None => Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .body(ok(Bytes::new()))
+                .unwrap(),
+        };
+    }
+    if path == "/api/v1/namespaces/kube-system/configmaps" {
+        if query_param(&req, "watch").is_some() {
+            let rx = auth.events.subscribe();
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                match rx.recv().await {
+                    Ok(b) => Some((Ok::<_, std::io::Error>(Frame::data(b)), rx)),
+                    Err(_) => None,
+                }
+            });
+            return Response::new(StreamBody::new(stream).boxed());
+        }
+        let items: Vec<_> = auth.object().into_iter().collect();
+        let list = serde_json::json!({"kind": "ConfigMapList", "metadata": {"resourceVersion": "7"}, "items": items});
+        return Response::new(ok(Bytes::from(list.to_string())));
     }
     if path.starts_with("/api/v1/") && query_param(&req, "watch").is_some() {
         let rx = events.subscribe();

@@ -160,6 +160,17 @@ impl Stack {
 
         let mut options = TollgateOptions::in_front_of(&sim);
         options.front_proxy = Some(front_proxy);
+        // The sim publishes no extension-apiserver-authentication: the names it trusts
+        // (its defaults; no uid header), all four kinds, or tollgate is never ready.
+        options.args.extend(
+            [
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                "--requestheader-uid-headers=X-Remote-Uid",
+            ]
+            .map(String::from),
+        );
         options.args.extend(tollgate_args.iter().cloned());
         if client == Scheme::Tls {
             options.tls = true;

@@ -87,6 +87,9 @@ fn identity_headers_the_apiserver_trusts_never_pass_from_clients(
             "X-Forwarded-Groups,X-Remote-Group".into(),
             "--requestheader-extra-headers-prefix".into(),
             "X-Forwarded-Extra-,X-Remote-Extra-".into(),
+            // 1.20 has no uid flag and trusts no uid header: any name completes the four.
+            "--requestheader-uid-headers".into(),
+            "X-Remote-Uid".into(),
         ],
         ..blind
     };
