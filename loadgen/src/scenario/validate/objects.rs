@@ -288,13 +288,16 @@ fn shown_ns(ns: &str) -> String {
     }
 }
 
-/// CL2's `RawToObjects`: the template's text with every `{{ … }}` on a line removed.
+/// The type of a template as CL2's `RawToObjects` reads it (every `{{ … }}` on
+/// a line removed): its top-level `apiVersion` and `kind` lines only, since
+/// both branches of an `if` are left in (a `containers:` twice, say).
 fn strip_actions(text: &str) -> String {
     text.lines()
         .map(|l| match (l.find("{{"), l.rfind("}}")) {
             (Some(a), Some(b)) if b > a => format!("{}{}", &l[..a], &l[b + 2..]),
             _ => l.to_string(),
         })
+        .filter(|l| l.starts_with("apiVersion:") || l.starts_with("kind:"))
         .collect::<Vec<_>>()
         .join("\n")
 }
