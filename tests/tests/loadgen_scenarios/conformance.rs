@@ -324,10 +324,10 @@ fn density_runs_unchanged_on_the_simulator_and_writes_cl2s_files() -> anyhow::Re
         assert!(metrics.contains(&m), "{m} in {metrics:?}");
     }
     let throughput = perfdash_file(&files, "SchedulingThroughput", "density").expect("throughput");
-    assert!(
-        throughput["max"].as_f64().is_some_and(|m| m > 0.0),
-        "{throughput:#}"
-    );
+    // CL2's shape; a rate per whole 5 s interval (none in a run shorter than that).
+    for k in ["perc50", "perc90", "perc99", "max"] {
+        assert!(throughput[k].is_number(), "{throughput:#}");
+    }
     Ok(())
 }
 
