@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Tollgate needs on a fresh Debian machine,
 # only when missing. Sourced by scripts/test.sh and scripts/demo.sh.
-#   build: protoc (etcd-client generates its gRPC code at build time), make (jemalloc's build)
+#   build: protoc and its includes (etcd-client generates its gRPC code at build time), make (jemalloc's build)
 #   tests: etcd (real storage), kubectl (real client), chromium (renders the demo's report),
 #          prometheus (evaluates the dashboards and rules), podman, buildah and runc (build and
 #          run the container images), and a real kube-apiserver 1.20.2
@@ -10,6 +10,8 @@ set -euo pipefail
 
 need_pkgs=()
 command -v protoc >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)
+# protoc's includes: etcd-client's .proto files import google/protobuf/descriptor.proto.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need_pkgs+=(libprotobuf-dev)
 # tollgate's allocator (tikv-jemalloc-sys) builds jemalloc's C sources with make.
 command -v make >/dev/null 2>&1 || need_pkgs+=(make)
 if [ "${1:-}" = "--tests" ]; then

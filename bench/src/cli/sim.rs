@@ -161,6 +161,14 @@ pub struct SimArgs {
     /// (default: on with --kubelet, off without).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub scheduler: Option<bool>,
+    /// Run the workload controllers kube-controller-manager runs: Deployments make
+    /// ReplicaSets (rolling updates included), ReplicaSets, ReplicationControllers, Jobs,
+    /// StatefulSets and DaemonSets make their pods and report their status, and the garbage
+    /// collector deletes what a deleted owner owned (background, foreground, orphan). They
+    /// are clients of this simulator like the kubelet (a watch on pods among them);
+    /// `--controllers=false` turns them off (default: on with --kubelet, off without).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub controllers: Option<bool>,
     /// Static bearer tokens, kube-apiserver's CSV format: token,user,uid,"group1,group2".
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
@@ -252,6 +260,7 @@ impl SimArgs {
             cluster: crate::sim::cluster::ClusterConfig {
                 kubelet: self.kubelet,
                 scheduler: self.scheduler.unwrap_or(self.kubelet),
+                controllers: self.controllers.unwrap_or(self.kubelet),
             },
             exit_with_stdin: self.exit_with_stdin,
             authn,

@@ -135,6 +135,7 @@ pub async fn start(config: SimConfig) -> Result<RunningSim, SimError> {
         "seeded"
     );
 
+    publish_authentication(&storage, &config.authn).await?;
     let api = serving_state(&config, addr, store, storage, authn, &stop);
     if let Some(path) = &config.kubeconfig_out {
         auth::kubeconfig::write_kubeconfig(
@@ -167,6 +168,25 @@ pub async fn start(config: SimConfig) -> Result<RunningSim, SimError> {
         server: Some(server),
         clients,
     })
+}
+
+/// Writes `kube-system/extension-apiserver-authentication` ([`auth::published`]), replacing
+/// one a previous run left in etcd, as kube-apiserver's post-start hook does.
+async fn publish_authentication(storage: &Storage, authn: &AuthnConfig) -> Result<(), SimError> {
+    let Some(def) = resources::by_name("configmaps") else {
+        return Ok(());
+    };
+    let v = auth::published::configmap(
+        authn,
+        &uuid::Uuid::new_v4().to_string(),
+        &clock::rfc3339(clock::now_unix()),
+    );
+    let k = storage::object::key(auth::published::NAMESPACE, auth::published::NAME);
+    storage
+        .write(def, &k, None, storage::store::Write::Put(v))
+        .await
+        .map(|_| ())
+        .map_err(|e| SimError::Config(format!("publishing {}: {e}", auth::published::NAME)))
 }
 
 /// Everything a request may touch: metrics, the max-in-flight limits, the cost model and
@@ -228,6 +248,7 @@ fn serving_state(
             bookmark_every: config.bookmark_interval,
             kubelet_delete_delay: config.kubelet_delete_delay,
             server_address: addr.to_string(),
+            garbage_collector: config.cluster.controllers,
         },
         shutdown: stop.clone(),
         model,

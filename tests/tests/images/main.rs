@@ -27,6 +27,8 @@ use tests::{
     TOLLGATE_START_TIMEOUT,
 };
 
+mod containerfile;
+mod kubeadm;
 mod podman;
 
 use podman::{repo_root, require_tools, run_ok, Container, Images};

@@ -19,6 +19,7 @@ mod identity;
 mod pods_run;
 mod reads;
 mod watches;
+mod workloads;
 mod writes;
 
 use apply::*;
@@ -26,6 +27,7 @@ use identity::*;
 use pods_run::*;
 use reads::*;
 use watches::*;
+use workloads::*;
 use writes::*;
 
 const NODES: usize = 100;
@@ -77,6 +79,7 @@ over_http_and_tls!(
     identities,
     apply_workload_and_custom_resource,
     kubectl_run_reaches_running,
+    kubectl_rolls_out_a_deployment,
 );
 
 /// Once, over plain HTTP: a Job's pod completes.

@@ -18,6 +18,8 @@ pub struct DeleteOptions {
     pub grace_period: Option<i64>,
     pub uid: Option<String>,
     pub resource_version: Option<u64>,
+    /// `propagationPolicy` (`Foreground`, `Background`, `Orphan`), as sent.
+    pub propagation: Option<String>,
 }
 
 impl DeleteOptions {
@@ -26,6 +28,13 @@ impl DeleteOptions {
         if !body.iter().all(u8::is_ascii_whitespace) {
             let v = parse_object(body)?;
             o.grace_period = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+            o.propagation = v
+                .get("propagationPolicy")
+                .and_then(Value::as_str)
+                .map(String::from);
+            if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+                o.propagation.get_or_insert_with(|| "Orphan".into());
+            }
             let pre = v.get("preconditions");
             o.uid = pre
                 .and_then(|p| p.get("uid"))
@@ -37,6 +46,9 @@ impl DeleteOptions {
                 .and_then(|s| s.parse().ok());
         }
         for (k, v) in apimodel::request::query_pairs(query.unwrap_or("")) {
+            if k == "propagationPolicy" {
+                o.propagation = Some(v.to_string());
+            }
             if k == "gracePeriodSeconds" {
                 o.grace_period = Some(v.parse().map_err(|_| {
                     Status::bad_request(format!("invalid gracePeriodSeconds {v:?}"))
@@ -95,6 +107,11 @@ pub async fn delete(
             ));
         }
         return start_namespace_termination(api, def, cur).await;
+    }
+    if api.config.garbage_collector {
+        if let Some(finalizer) = gc_finalizer(def, opts)? {
+            return mark_for_collector(api, def, cur, finalizer).await;
+        }
     }
     let v = cur.value();
     let on_node = def.name == "pods" && !v["spec"]["nodeName"].as_str().unwrap_or("").is_empty();
@@ -183,6 +200,69 @@ async fn remove_custom_objects(api: &Api, crd_name: &str) {
         }
     }
     api.store.custom().remove(crd_name);
+}
+
+/// The owner kinds the simulated garbage collector follows (`sim::cluster::controllers`).
+const COLLECTED_OWNERS: [(&str, &str); 6] = [
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("batch", "jobs"),
+    ("", "replicationcontrollers"),
+];
+
+/// The finalizer a delete leaves for the collector: `foregroundDeletion` (dependents first)
+/// or `orphan` (dependents kept), or none (background: the owner goes now, dependents after).
+/// Without a policy, a Job or a ReplicationController orphans (their v1 APIs' default, kept
+/// for compatibility), the apps kinds propagate in the background.
+fn gc_finalizer(def: &ResourceDef, opts: &DeleteOptions) -> Result<Option<&'static str>, Status> {
+    if !COLLECTED_OWNERS.contains(&(def.group, def.name)) {
+        return Ok(None);
+    }
+    let default_orphan = matches!(def.name, "jobs" | "replicationcontrollers");
+    match opts.propagation.as_deref() {
+        Some("Foreground") => Ok(Some("foregroundDeletion")),
+        Some("Orphan") => Ok(Some("orphan")),
+        Some("Background") => Ok(None),
+        None if default_orphan => Ok(Some("orphan")),
+        None => Ok(None),
+        Some(other) => Err(Status::bad_request(format!(
+            "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+        ))),
+    }
+}
+
+/// The owner stays, marked for deletion with `finalizer`, until the collector is done.
+async fn mark_for_collector(
+    api: &Api,
+    def: &'static ResourceDef,
+    cur: Arc<Obj>,
+    finalizer: &str,
+) -> Result<Arc<Obj>, Status> {
+    let mut v = cur.value();
+    if v["metadata"]["deletionTimestamp"].is_null() {
+        v["metadata"]["deletionTimestamp"] = clock::rfc3339(clock::now_unix()).into();
+        v["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+    }
+    let list = v["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if list.iter().any(|f| f == finalizer)
+        && !cur.value()["metadata"]["deletionTimestamp"].is_null()
+    {
+        return Ok(cur);
+    }
+    let mut list = list;
+    if !list.iter().any(|f| f == finalizer) {
+        list.push(finalizer.into());
+    }
+    v["metadata"]["finalizers"] = Value::Array(list);
+    api.storage
+        .write(def, &cur.key(), Some(cur.rv), Write::Put(v))
+        .await
+        .map_err(|e| store_status(e, def, &cur.name))
 }
 
 async fn start_namespace_termination(

@@ -14,6 +14,7 @@ pub mod protobuf;
 mod reads;
 pub mod respond;
 pub mod scale;
+pub mod serialized;
 pub mod table;
 pub mod validate;
 pub mod watch;
@@ -52,6 +53,9 @@ pub struct ApiConfig {
     pub kubelet_delete_delay: Duration,
     /// host:port clients reach us at, for `/api`'s serverAddressByClientCIDRs.
     pub server_address: String,
+    /// `--controllers`: a garbage collector runs, so deletes honour `propagationPolicy`
+    /// (Foreground and Orphan leave the owner to it, with its finalizer).
+    pub garbage_collector: bool,
 }
 
 /// Everything a request may touch.

@@ -1,8 +1,13 @@
 //! PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and
-//! strategic merge patch for what kubectl and kubelets send: maps merged
-//! key by key, lists of known kinds merged by their merge key (conditions by
-//! `type`, containers by `name`, …), and the `$patch`, `$setElementOrder`,
-//! `$retainKeys` and `$deleteFromPrimitiveList` directives.
+//! strategic merge patch: maps merged key by key, lists merged as Kubernetes 1.20's OpenAPI
+//! says for the field's own type (`x-kubernetes-patch-merge-key`: a Service's `ports` by
+//! `port`, a container's by `containerPort`; `x-kubernetes-patch-strategy: merge` without a
+//! key: a set, as `finalizers`; neither: replaced whole), and the `$patch`,
+//! `$setElementOrder`, `$retainKeys` and `$deleteFromPrimitiveList` directives. The metadata
+//! is generated ([`schema_1_20`], by `bench/scripts/gen-patch-schema.py`); a kind it does not
+//! know (a custom resource) has every list replaced, as kube-apiserver's JSON merge would.
+
+mod schema_1_20;
 
 use serde_json::{Map, Value};
 
@@ -36,8 +41,41 @@ pub enum PatchError {
     Failed(String),
 }
 
-/// Applies `patch` of type `kind` to `doc`.
-pub fn apply(kind: PatchType, doc: &mut Value, patch: &[u8]) -> Result<(), PatchError> {
+/// The OpenAPI type of a served kind, if its type has patch metadata.
+pub fn root_type(group: &str, version: &str, kind: &str) -> Option<&'static str> {
+    let roots = schema_1_20::ROOTS;
+    (roots
+        .iter()
+        .find(|r| r.0 == group && r.1 == version && r.2 == kind))
+    .or_else(|| roots.iter().find(|r| r.0 == group && r.2 == kind))
+    .map(|r| r.3)
+}
+
+/// What a field of `ty` says of itself: (its type, merge key, strategy), `""` for none.
+fn field(ty: Option<&str>, name: &str) -> (Option<&'static str>, &'static str, &'static str) {
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+    type Fields = HashMap<(&'static str, &'static str), (&'static str, &'static str, &'static str)>;
+    static INDEX: OnceLock<Fields> = OnceLock::new();
+    let index = INDEX.get_or_init(|| {
+        (schema_1_20::FIELDS.iter())
+            .map(|&(t, f, c, k, s)| ((t, f), (c, k, s)))
+            .collect()
+    });
+    match ty.and_then(|t| index.get(&(t, name))) {
+        Some(&(c, k, s)) => ((!c.is_empty()).then_some(c), k, s),
+        None => (None, "", ""),
+    }
+}
+
+/// Applies `patch` of type `kind` to `doc`, an object of OpenAPI type `ty`
+/// ([`root_type`]; `None`: no patch metadata).
+pub fn apply(
+    kind: PatchType,
+    doc: &mut Value,
+    patch: &[u8],
+    ty: Option<&'static str>,
+) -> Result<(), PatchError> {
     let p: Value = serde_json::from_slice(patch)
         .map_err(|e| PatchError::Malformed(format!("invalid JSON in patch body: {e}")))?;
     match kind {
@@ -65,39 +103,16 @@ pub fn apply(kind: PatchType, doc: &mut Value, patch: &[u8]) -> Result<(), Patch
                     "a strategic merge patch must be a JSON object".into(),
                 ));
             };
-            strategic(doc, p, "")
+            strategic(doc, p, ty)
         }
     }
 }
 
-/// The merge key of a list field, by its path: the lists kubectl and kubelets patch.
-fn merge_key(path: &str) -> Option<&'static str> {
-    Some(match path {
-        "status.conditions" | "status.addresses" => "type",
-        "spec.containers"
-        | "spec.initContainers"
-        | "spec.ephemeralContainers"
-        | "spec.volumes"
-        | "status.containerStatuses"
-        | "status.initContainerStatuses"
-        | "status.ephemeralContainerStatuses"
-        | "spec.imagePullSecrets" => "name",
-        "metadata.ownerReferences" => "uid",
-        "spec.tolerations" => "key",
-        "status.images" => "names",
-        _ if path.ends_with(".env") => "name",
-        _ if path.ends_with(".ports") => "containerPort",
-        _ if path.ends_with(".volumeMounts") => "mountPath",
-        _ => return None,
-    })
-}
-
-/// Lists of scalars merged as sets.
-fn is_set_list(path: &str) -> bool {
-    matches!(path, "metadata.finalizers")
-}
-
-fn strategic(doc: &mut Value, patch: Map<String, Value>, path: &str) -> Result<(), PatchError> {
+fn strategic(
+    doc: &mut Value,
+    patch: Map<String, Value>,
+    ty: Option<&'static str>,
+) -> Result<(), PatchError> {
     if !doc.is_object() {
         *doc = Value::Object(Map::new());
     }
@@ -126,11 +141,7 @@ fn strategic(doc: &mut Value, patch: Map<String, Value>, path: &str) -> Result<(
             }
             continue;
         }
-        let child = if path.is_empty() {
-            k.clone()
-        } else {
-            format!("{path}.{k}")
-        };
+        let (child, merge_key, strategy) = field(ty, &k);
         match v {
             Value::Null => {
                 target.remove(&k);
@@ -139,11 +150,17 @@ fn strategic(doc: &mut Value, patch: Map<String, Value>, path: &str) -> Result<(
                 if pm.get("$patch").and_then(Value::as_str) == Some("delete") {
                     target.remove(&k);
                 } else {
-                    strategic(target.entry(k).or_insert(Value::Null), pm, &child)?;
+                    strategic(target.entry(k).or_insert(Value::Null), pm, child)?;
                 }
             }
             Value::Array(items) => {
-                let merged = merge_list(target.remove(&k), items, &child)?;
+                let list = ListField {
+                    name: &k,
+                    item: child,
+                    merge_key,
+                    set: strategy.split(',').any(|s| s == "merge") && merge_key.is_empty(),
+                };
+                let merged = merge_list(target.remove(&k), items, &list)?;
                 target.insert(k, merged);
             }
             scalar => {
@@ -157,12 +174,26 @@ fn strategic(doc: &mut Value, patch: Map<String, Value>, path: &str) -> Result<(
     Ok(())
 }
 
-fn merge_list(current: Option<Value>, items: Vec<Value>, path: &str) -> Result<Value, PatchError> {
+/// A list field and how 1.20 merges it.
+struct ListField<'a> {
+    name: &'a str,
+    item: Option<&'static str>,
+    merge_key: &'static str,
+    /// `patchStrategy: merge` without a key: scalars merged as a set.
+    set: bool,
+}
+
+fn merge_list(
+    current: Option<Value>,
+    items: Vec<Value>,
+    list: &ListField<'_>,
+) -> Result<Value, PatchError> {
+    let path = list.name;
     let current = match current {
         Some(Value::Array(a)) => a,
         _ => Vec::new(),
     };
-    if is_set_list(path) {
+    if list.set {
         let mut out = current;
         for i in items {
             if !out.contains(&i) {
@@ -171,7 +202,8 @@ fn merge_list(current: Option<Value>, items: Vec<Value>, path: &str) -> Result<V
         }
         return Ok(Value::Array(out));
     }
-    let Some(key) = merge_key(path) else {
+    let key = list.merge_key;
+    if key.is_empty() {
         // Lists without a merge key are replaced whole.
         return Ok(Value::Array(
             items
@@ -179,7 +211,7 @@ fn merge_list(current: Option<Value>, items: Vec<Value>, path: &str) -> Result<V
                 .filter(|i| i.get("$patch").is_none())
                 .collect(),
         ));
-    };
+    }
     if items
         .iter()
         .any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace"))
@@ -212,10 +244,10 @@ fn merge_list(current: Option<Value>, items: Vec<Value>, path: &str) -> Result<V
         }
         pm.remove("$patch");
         match pos {
-            Some(p) => strategic(&mut out[p], pm, path)?,
+            Some(p) => strategic(&mut out[p], pm, list.item)?,
             None => {
                 let mut fresh = Value::Object(Map::new());
-                strategic(&mut fresh, pm, path)?;
+                strategic(&mut fresh, pm, list.item)?;
                 out.push(fresh);
             }
         }

@@ -47,9 +47,13 @@ pub fn json_value(code: StatusCode, v: &serde_json::Value) -> Response<Body> {
     json(code, serde_json::to_vec(v).unwrap_or_default())
 }
 
+/// A `Status` reply, byte for byte as kube-apiserver writes it: its JSON encoder
+/// (encoding/json's `Encoder.Encode`) ends the document with a newline.
 pub fn status(s: &Status) -> Response<Body> {
     let code = StatusCode::from_u16(s.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json(code, s.to_json())
+    let mut body = s.to_json().into_bytes();
+    body.push(b'\n');
+    json(code, body)
 }
 
 pub fn plain(code: StatusCode, text: &'static str) -> Response<Body> {

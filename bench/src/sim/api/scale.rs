@@ -70,7 +70,8 @@ pub async fn update(
         apimodel::Verb::Patch => {
             let kind = PatchType::from_content_type(content_type)
                 .ok_or_else(Status::unsupported_media_type)?;
-            patch::apply(kind, &mut scale, body).map_err(|e| Status::bad_request(e.to_string()))?;
+            patch::apply(kind, &mut scale, body, None)
+                .map_err(|e| Status::bad_request(e.to_string()))?;
         }
         _ => {
             return Err(Status::method_not_allowed(

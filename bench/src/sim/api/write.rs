@@ -382,6 +382,7 @@ fn apply_defaults(def: &ResourceDef, v: &mut Value) {
             if v["status"]["phase"].is_null() {
                 v["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
             }
+            super::serialized::pod_status(v);
             if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.entry("restartPolicy").or_insert("Always".into());
                 spec.entry("terminationGracePeriodSeconds")
@@ -490,7 +491,13 @@ pub async fn update(
             }
             Change::Patch(kind, body) => {
                 let mut doc = cur_v.clone();
-                patch::apply(*kind, &mut doc, body).map_err(|e| match e {
+                patch::apply(
+                    *kind,
+                    &mut doc,
+                    body,
+                    patch::root_type(def.group, def.version, def.kind),
+                )
+                .map_err(|e| match e {
                     PatchError::Malformed(m) => Status::bad_request(m),
                     // kube-apiserver 1.20 says only this, with empty details, for a patch
                     // that cannot be applied (e.g. a failed JSON-patch `test`); the cause is logged.
@@ -519,6 +526,9 @@ pub async fn update(
             return Err(Status::conflict(def.group, def.name, &info.name));
         }
         let mut merged = merge_update(def, &cur_v, new, &info.subresource)?;
+        if def.group.is_empty() && def.name == "pods" {
+            super::serialized::pod_status(&mut merged);
+        }
         next_generation(def, &cur_v, &mut merged);
         if info.subresource.is_empty() {
             check_custom(api, def, &info.name, &mut merged)?;

@@ -10,6 +10,7 @@
 pub mod authn;
 pub mod kubeconfig;
 pub mod pki;
+pub mod published;
 pub mod tls;
 pub mod token_file;
 pub mod user;

@@ -9,7 +9,11 @@
 //!
 //! - [`kubelet`]: Pending → Running (containers, conditions, IPs), Job pods → Succeeded.
 //! - [`scheduler`]: pods without a node bound to Ready nodes, round robin.
+//! - [`controllers`]: `--controllers`: Deployments, ReplicaSets, ReplicationControllers,
+//!   Jobs, StatefulSets and DaemonSets make and count their pods; owners' dependents are
+//!   garbage collected.
 
+pub mod controllers;
 pub mod kubelet;
 pub mod scheduler;
 
@@ -29,11 +33,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct ClusterConfig {
     pub kubelet: bool,
     pub scheduler: bool,
+    pub controllers: bool,
 }
 
 impl ClusterConfig {
     pub fn any(&self) -> bool {
-        self.kubelet || self.scheduler
+        self.kubelet || self.scheduler || self.controllers
     }
 }
 
@@ -78,6 +83,9 @@ pub fn start(
     let client = ApiClient::new(&target);
     if config.kubelet {
         kubelet::start(client.clone(), REQUEST_TIMEOUT, tracker, stop)?;
+    }
+    if config.controllers {
+        controllers::start(client.clone(), REQUEST_TIMEOUT, tracker, stop);
     }
     if config.scheduler {
         scheduler::start(client, REQUEST_TIMEOUT, tracker, stop);

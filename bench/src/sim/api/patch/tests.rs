@@ -10,7 +10,12 @@ fn node() -> Value {
 }
 
 fn run(kind: PatchType, doc: &mut Value, p: Value) -> Result<(), PatchError> {
-    apply(kind, doc, p.to_string().as_bytes())
+    apply(
+        kind,
+        doc,
+        p.to_string().as_bytes(),
+        root_type("", "v1", "Node"),
+    )
 }
 
 #[test]
@@ -56,7 +61,7 @@ fn json_patch_ops_and_failures() {
         Err(PatchError::Malformed(_))
     ));
     assert!(matches!(
-        apply(PatchType::Json, &mut d, b"not json"),
+        apply(PatchType::Json, &mut d, b"not json", None),
         Err(PatchError::Malformed(_))
     ));
 }
@@ -119,4 +124,72 @@ fn strategic_labels_finalizers_and_replace() {
         ),
         Err(PatchError::Malformed(_))
     ));
+}
+
+/// Merge keys are the field's own type's, from 1.20's OpenAPI: a Service's ports by `port`,
+/// a container's by `containerPort`, at any depth (a Deployment's pod template too), and a
+/// list 1.20 gives no key (a pod's `containerStatuses`, `tolerations`) is replaced whole.
+#[test]
+fn strategic_merge_keys_are_per_type() {
+    let service = root_type("", "v1", "Service");
+    let mut svc = json!({"spec":{"ports":[
+        {"name":"http","port":80,"targetPort":8080,"protocol":"TCP"},
+        {"name":"https","port":443,"targetPort":8443,"protocol":"TCP"}]}});
+    let p = json!({"spec":{"ports":[{"port":80,"targetPort":9090}]}});
+    apply(
+        PatchType::Strategic,
+        &mut svc,
+        p.to_string().as_bytes(),
+        service,
+    )
+    .unwrap();
+    let ports = svc["spec"]["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 2, "{svc}");
+    assert_eq!(ports[0]["targetPort"], 9090);
+    assert_eq!(ports[0]["name"], "http");
+    assert_eq!(ports[1]["port"], 443);
+    // Keyed by containerPort, a Service port would be refused: it has none.
+    let p = json!({"spec":{"ports":[{"containerPort":80}]}});
+    assert!(matches!(
+        apply(
+            PatchType::Strategic,
+            &mut svc,
+            p.to_string().as_bytes(),
+            service
+        ),
+        Err(PatchError::Malformed(_))
+    ));
+
+    let deployment = root_type("apps", "v1", "Deployment");
+    assert!(deployment.is_some());
+    let mut d = json!({"spec":{"template":{"spec":{"containers":[{"name":"c","image":"i",
+        "ports":[{"containerPort":80,"name":"a"},{"containerPort":81,"name":"b"}],
+        "env":[{"name":"X","value":"1"}]}]}}}});
+    let p = json!({"spec":{"template":{"spec":{"containers":[{"name":"c",
+        "ports":[{"containerPort":81,"name":"bb"}],"env":[{"name":"Y","value":"2"}]}]}}}});
+    apply(
+        PatchType::Strategic,
+        &mut d,
+        p.to_string().as_bytes(),
+        deployment,
+    )
+    .unwrap();
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "i");
+    assert_eq!(
+        c["ports"],
+        json!([{"containerPort":80,"name":"a"},{"containerPort":81,"name":"bb"}])
+    );
+    assert_eq!(c["env"].as_array().unwrap().len(), 2);
+
+    let pod = root_type("", "v1", "Pod");
+    let mut p0 = json!({"spec":{"tolerations":[{"key":"a"},{"key":"b"}]},
+        "status":{"containerStatuses":[{"name":"a","ready":false},{"name":"b","ready":false}]}});
+    let p = json!({"spec":{"tolerations":[{"key":"c"}]},"status":{"containerStatuses":[{"name":"a","ready":true}]}});
+    apply(PatchType::Strategic, &mut p0, p.to_string().as_bytes(), pod).unwrap();
+    assert_eq!(p0["spec"]["tolerations"], json!([{"key":"c"}]));
+    assert_eq!(
+        p0["status"]["containerStatuses"],
+        json!([{"name":"a","ready":true}])
+    );
 }
