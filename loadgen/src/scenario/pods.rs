@@ -7,8 +7,11 @@
 //!   (`run`, which CL2 also reports as `watch`). PodStartupLatency's
 //!   transitions and SchedulingThroughput's per-interval rates come from it.
 //! - [`wait_controlled`]: WaitForControlledPodsRunning's gather — every
-//!   matched controller has its desired pods running, and the pods of
-//!   controllers deleted since the last gather are gone.
+//!   matched controller has its desired pods running (CL2's counts: `replicas`,
+//!   a Job's `parallelism` — its pods count once Succeeded too, since a
+//!   simulated kubelet finishes them —, a DaemonSet's schedulable nodes matching
+//!   its nodeSelector), and the pods of controllers deleted since the last
+//!   gather are gone.
 //! - [`wait_running`]: WaitForRunningPods — `desiredPodCount` matching pods running.
 
 use std::collections::{BTreeMap, HashMap};
@@ -343,6 +346,10 @@ pub struct Controller {
     pub name: String,
     selector: serde_json::Map<String, Value>,
     pub desired: u64,
+    /// A DaemonSet's pod template nodeSelector.
+    node_selector: serde_json::Map<String, Value>,
+    /// A Job's pods count once they ran to completion too.
+    finished_counts: bool,
 }
 
 impl Controller {
@@ -358,10 +365,12 @@ impl Controller {
             .or_else(|| spec["template"]["metadata"]["labels"].as_object())
             .cloned()
             .unwrap_or_default();
+        // As CL2's tryAcquireReplicasFromUnstructuredSpec: a missing field is 0;
+        // a DaemonSet's count is set from the nodes (see `daemonset_nodes`).
         let desired = match kind {
-            "DaemonSet" => o["status"]["desiredNumberScheduled"].as_u64().unwrap_or(0),
-            "Job" => spec["parallelism"].as_u64().unwrap_or(1),
-            _ => spec["replicas"].as_u64().unwrap_or(1),
+            "DaemonSet" => 0,
+            "Job" => spec["parallelism"].as_u64().unwrap_or(0),
+            _ => spec["replicas"].as_u64().unwrap_or(0),
         };
         Controller {
             namespace: o["metadata"]["namespace"]
@@ -433,12 +442,32 @@ pub async fn wait_controlled(
     let per_call = Duration::from_secs(60);
     loop {
         let list = get_json(client, &path, per_call).await?;
-        let controllers: Vec<Controller> = list["items"]
+        let mut controllers: Vec<Controller> = list["items"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|o| Controller::of(&spec.kind, o))
             .collect();
+        if spec.kind == "DaemonSet" {
+            // CL2 counts the schedulable nodes its nodeSelector matches.
+            let nodes = get_json(client, "/api/v1/nodes", per_call).await?;
+            let nodes: Vec<&Value> = nodes["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|n| n["spec"]["unschedulable"] != true)
+                .collect();
+            for c in &mut controllers {
+                c.desired = nodes
+                    .iter()
+                    .filter(|n| {
+                        c.node_selector.iter().all(|(k, v)| {
+                            n["metadata"]["labels"].get(k).is_some_and(|have| have == v)
+                        })
+                    })
+                    .count() as u64;
+            }
+        }
         let pods = get_json(client, "/api/v1/pods", per_call).await?;
         let pods: Vec<&Value> = pods["items"].as_array().into_iter().flatten().collect();
         let mut not_ready = Vec::new();
@@ -447,8 +476,9 @@ pub async fn wait_controlled(
             let n = pods
                 .iter()
                 .filter(|p| {
+                    let phase = &p["status"]["phase"];
                     c.owns(p)
-                        && p["status"]["phase"] == "Running"
+                        && (phase == "Running" || (c.finished_counts && phase == "Succeeded"))
                         && p["metadata"]["deletionTimestamp"].is_null()
                 })
                 .count() as u64;
@@ -612,7 +642,7 @@ mod tests {
         let rc = json!({"metadata": {"namespace": "a", "name": "r"},
             "spec": {"selector": {"name": "r"}}});
         let c = Controller::of("ReplicationController", &rc);
-        assert_eq!(c.desired, 1, "replicas default to 1");
+        assert_eq!(c.desired, 0, "CL2: no replicas field, no pods awaited");
         assert!(c.owns(&json!({"metadata": {"namespace": "a", "labels": {"name": "r"}}})));
         let stateful = json!({"spec": {"volumes": [{"persistentVolumeClaim": {}}]}});
         assert!(!is_stateless(&stateful));
