@@ -366,7 +366,7 @@ impl Controller {
             .cloned()
             .unwrap_or_default();
         // As CL2's tryAcquireReplicasFromUnstructuredSpec: a missing field is 0;
-        // a DaemonSet's count is set from the nodes (see `daemonset_nodes`).
+        // a DaemonSet's count is set from the nodes (in `wait_controlled`).
         let desired = match kind {
             "DaemonSet" => 0,
             "Job" => spec["parallelism"].as_u64().unwrap_or(0),
@@ -380,6 +380,11 @@ impl Controller {
             name: o["metadata"]["name"].as_str().unwrap_or_default().into(),
             selector,
             desired,
+            node_selector: spec["template"]["spec"]["nodeSelector"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            finished_counts: kind == "Job",
         }
     }
 
