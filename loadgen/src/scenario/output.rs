@@ -295,8 +295,9 @@ pub fn write_top(dir: &Path, r: &ScenarioReport) -> io::Result<()> {
     write_json(&dir.join("summary.json"), r)?;
     let at = crate::ops::rfc3339(crate::ops::unix_nanos());
     for m in &r.measurements {
-        if m.summaries.is_empty() {
-            // loadgen's own measurements (WatchLatency, ResourceUsage): their PerfData.
+        if m.summaries.is_empty() && matches!(m.method.as_str(), "WatchLatency" | "ResourceUsage") {
+            // loadgen's own measurements: their PerfData (CL2's write their own
+            // files; WaitForControlledPodsRunning writes none, as CL2's).
             let perf = serde_json::json!({
                 "version": "v1",
                 "dataItems": measurement_items(std::slice::from_ref(m)),

@@ -489,7 +489,13 @@ pub async fn wait_controlled(
                 .count() as u64;
             running += n.min(c.desired);
             desired += c.desired;
-            if n != c.desired {
+            // A Job's finished pods pile up past its parallelism.
+            let ready = if c.finished_counts {
+                n >= c.desired
+            } else {
+                n == c.desired
+            };
+            if !ready {
                 not_ready.push(format!(
                     "{}/{} (running {n} of {})",
                     c.namespace, c.name, c.desired
