@@ -39,6 +39,13 @@ const CLUSTER_SCOPED: &[&str] = &[
     "priorityclasses",
     "prioritylevelconfigurations",
     "flowschemas",
+    "deviceclasses",
+    "resourceslices",
+    "volumeattachments",
+    "csidrivers",
+    "csinodes",
+    "ingressclasses",
+    "runtimeclasses",
 ];
 
 impl std::str::FromStr for Resource {

@@ -49,6 +49,9 @@ pub struct ScenarioArgs {
     /// Check the scenario (fields, tuning sets, templates, flags), print its steps and exit.
     #[arg(long)]
     pub validate: bool,
+    /// ClusterLoader2's `--nodes`: the `.Nodes` a CL2 config sees, instead of counting the cluster's schedulable nodes (an overrides file or --param Nodes=N still wins) [default: counted; with --validate, required unless given otherwise].
+    #[arg(long)]
+    pub nodes: Option<u64>,
 }
 
 /// `--format`.
@@ -101,12 +104,13 @@ pub fn main(args: ScenarioArgs) -> ExitCode {
             Format::Loadgen => Some(Dialect::Loadgen),
             Format::Cl2 => Some(Dialect::Cl2),
         },
-        nodes: None,
+        nodes: args.nodes,
     };
     let opts = args.options();
     // CL2's `.Nodes` is the cluster's size unless given; --validate sends nothing.
     let text = std::fs::read_to_string(&args.file).unwrap_or_default();
     if !args.validate
+        && args.nodes.is_none()
         && dialect_of(&text, &load_options) == Dialect::Cl2
         && !args.params.iter().any(|(k, _)| k == "Nodes")
     {

@@ -47,7 +47,49 @@ pub struct TuningSetFile {
     #[serde(default)]
     pub stepped_load: Option<SteppedFile>,
     #[serde(default)]
-    pub poisson_load: Option<AverageQpsFile>,
+    pub poisson_load: Option<PoissonFile>,
+    /// CL2: every unit spread evenly over `timeLimit`.
+    #[serde(default)]
+    pub time_limited_load: Option<TimeLimitFile>,
+    /// CL2: every unit at a uniformly random moment in `[0, timeLimit)`.
+    #[serde(default)]
+    pub randomized_time_limited_load: Option<TimeLimitFile>,
+    /// CL2: all units at once, at most `parallelismLimit` running.
+    #[serde(default)]
+    pub parallelism_limited_load: Option<ParallelismFile>,
+    /// CL2: one token bucket (`qps`, `burst`) shared by every phase using the set.
+    #[serde(default, rename = "globalQPSLoad")]
+    pub global_qps_load: Option<GlobalQpsFile>,
+}
+
+/// `poissonLoad`: loadgen's `averageQps` or CL2's `expectedActionsPerSecond`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PoissonFile {
+    #[serde(default)]
+    pub average_qps: Option<f64>,
+    #[serde(default)]
+    pub expected_actions_per_second: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TimeLimitFile {
+    pub time_limit: DurationText,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ParallelismFile {
+    pub parallelism_limit: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GlobalQpsFile {
+    pub qps: f64,
+    #[serde(default)]
+    pub burst: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -83,9 +125,41 @@ impl DurationText {
             DurationText::Seconds(s) => std::time::Duration::try_from_secs_f64(*s).map_err(|_| {
                 format!("invalid duration {s}: must be a non-negative number of seconds")
             }),
-            DurationText::Text(t) => crate::cli::parse_duration(t),
+            DurationText::Text(t) => {
+                crate::cli::parse_duration(t).or_else(|e| go_duration(t).ok_or(e))
+            }
         }
     }
+}
+
+/// Go's `time.ParseDuration` form, as CL2 writes durations: `1h30m`, `2m30s`,
+/// `1.5s`, `300ms`, `0`.
+pub fn go_duration(s: &str) -> Option<std::time::Duration> {
+    let mut rest = s.trim();
+    if rest == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    let mut secs = 0.0;
+    while !rest.is_empty() {
+        let n_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let n: f64 = rest[..n_end].parse().ok()?;
+        rest = &rest[n_end..];
+        let u_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..u_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        secs += n * unit;
+        rest = &rest[u_end..];
+    }
+    std::time::Duration::try_from_secs_f64(secs).ok()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +181,9 @@ pub struct PhaseFile {
     // --- objects ---
     #[serde(default)]
     pub namespace_range: Option<NamespaceRangeFile>,
+    /// CL2: the namespaces by name (`""` is cluster scope).
+    #[serde(default)]
+    pub namespace_list: Option<Vec<String>>,
     #[serde(default)]
     pub replicas_per_namespace: Option<u32>,
     #[serde(default)]
@@ -144,6 +221,10 @@ pub struct ObjectFile {
     /// ClusterLoader2's per-object template parameters (CL2 configs only).
     #[serde(default)]
     pub template_fill_map: Option<BTreeMap<String, Value>>,
+    /// CL2's selector for listing objects of a type it cannot list by name;
+    /// accepted (loadgen tracks what it created itself).
+    #[serde(default)]
+    pub list_unknown_object_options: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -169,10 +250,25 @@ pub struct MeasurementFile {
     /// `start` or `gather` (also accepted inside `params`, as ClusterLoader2 writes it).
     #[serde(default)]
     pub action: Option<String>,
+    /// Kept as written: each method reads its own (see [`MeasurementParamsFile`]
+    /// for loadgen's); ClusterLoader2's methods read theirs by exact name.
     #[serde(default)]
-    pub params: MeasurementParamsFile,
+    pub params: serde_json::Map<String, Value>,
+    /// CL2: one method run as several measurements, each its identifier and params.
+    #[serde(default)]
+    pub instances: Vec<InstanceFile>,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InstanceFile {
+    pub identifier: String,
+    #[serde(default)]
+    pub params: serde_json::Map<String, Value>,
+}
+
+/// The params of loadgen's own measurements (APIResponsiveness, ResourceUsage,
+/// WatchLatency) as loadgen's format writes them: an unknown one is refused.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MeasurementParamsFile {
@@ -235,6 +331,17 @@ const FIELDS: &[&str] = &[
     "burstSize",
     "stepDelay",
     "poissonLoad",
+    "expectedActionsPerSecond",
+    "timeLimitedLoad",
+    "randomizedTimeLimitedLoad",
+    "timeLimit",
+    "parallelismLimitedLoad",
+    "parallelismLimit",
+    "globalQPSLoad",
+    "burst",
+    "namespaceList",
+    "listUnknownObjectOptions",
+    "instances",
     "steps",
     "phases",
     "measurements",
@@ -270,41 +377,50 @@ const FIELDS: &[&str] = &[
 
 /// Rewrites every key to its canonical spelling when it matches a known field
 /// case-insensitively (unknown keys stay, for serde to refuse with their path).
-/// The top-level `params` map holds the user's own names and is kept as written;
+/// The top-level `params` map, measurement `params` (read by exact name, as
+/// CL2 reads them) and `templateFillMap` hold their own names and are kept as written;
 /// `namespaces: N` becomes `namespaces: {count: N}`.
 pub fn canonicalize(v: Value) -> Value {
-    fn canon(key: &str) -> String {
-        FIELDS
-            .iter()
-            .find(|f| f.eq_ignore_ascii_case(key))
-            .map(|f| f.to_string())
-            .unwrap_or_else(|| key.to_string())
-    }
-    fn walk(v: Value, top: bool) -> Value {
-        match v {
-            Value::Object(map) => {
-                let mut out = serde_json::Map::new();
-                for (k, v) in map {
-                    let key = canon(&k);
-                    // User-named maps keep their keys as written.
-                    let v = if (top && key == "params") || key == "templateFillMap" {
-                        v
-                    } else if top && key == "namespaces" && v.is_number() {
-                        serde_json::json!({ "count": v })
-                    } else {
-                        walk(v, false)
-                    };
-                    out.insert(key, v);
-                }
-                Value::Object(out)
-            }
-            Value::Array(items) => {
-                Value::Array(items.into_iter().map(|i| walk(i, false)).collect())
-            }
-            other => other,
-        }
-    }
     walk(v, true)
+}
+
+fn canon(key: &str) -> String {
+    FIELDS
+        .iter()
+        .find(|f| f.eq_ignore_ascii_case(key))
+        .map(|f| f.to_string())
+        .unwrap_or_else(|| key.to_string())
+}
+fn walk(v: Value, top: bool) -> Value {
+    match v {
+        Value::Object(map) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in map {
+                let key = canon(&k);
+                // User-named maps keep their keys as written.
+                let v = if key == "params"
+                    || key == "templateFillMap"
+                    || key == "listUnknownObjectOptions"
+                {
+                    v
+                } else if top && key == "namespaces" && v.is_number() {
+                    serde_json::json!({ "count": v })
+                } else {
+                    walk(v, false)
+                };
+                out.insert(key, v);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(|i| walk(i, false)).collect()),
+        other => other,
+    }
+}
+
+/// A measurement's params with loadgen's field names canonicalized (their
+/// case as written does not matter), for its typed params.
+pub fn canonicalize_params(v: Value) -> Value {
+    walk(v, false)
 }
 
 /// Parses YAML or JSON text (JSON is YAML) into a [`ScenarioFile`]; the error
@@ -342,6 +458,20 @@ mod tests {
         assert_eq!(f.namespaces.map(|n| n.count), Some(2));
         assert_eq!(f.tuning_sets[0].qps_load.as_ref().map(|q| q.qps), Some(5.0));
         assert_eq!(f.steps[0].phases[0].object_bundle[0].basename, "a");
+    }
+
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        assert_eq!(go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(go_duration("2m30s"), Some(Duration::from_secs(150)));
+        assert_eq!(go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(go_duration("5x"), None);
+        assert_eq!(
+            DurationText::Text("1m30s".into()).parse(),
+            Ok(Duration::from_secs(90))
+        );
     }
 
     #[test]

@@ -21,7 +21,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::validate::{MeasurementAction, Method, Thresholds};
+use super::pods::{
+    latency_perfdata, wait_controlled, ControlledOutcome, ControlledSpec, Controller, PodTracker,
+};
+use super::validate::{Cl2Params, MeasurementAction, Method, Thresholds};
 use crate::record::{new_histogram, OpRecorder, Outcome};
 use crate::report::{Percentiles, Report};
 use crate::server_metrics::{Scraper, ServerMetricsSummary};
@@ -193,6 +196,14 @@ pub struct SloCheck {
     /// `ms` or `ratio`.
     pub unit: String,
     pub met: bool,
+    /// Whether a miss fails the run: CL2's APIResponsivenessPrometheus fails
+    /// only with `enableViolations: true`, and forgives `allowedSlowCalls`.
+    #[serde(default = "yes")]
+    pub enforced: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The watch delivery latency a WatchLatency measurement saw.
@@ -225,7 +236,22 @@ pub struct MeasurementResult {
     pub server_metrics: Vec<ServerMetricsSummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<WatchLatencySummary>,
+    /// ClusterLoader2's pod measurements: what they saw (pods timed,
+    /// controllers waited for, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<serde_json::Value>,
     pub slos: Vec<SloCheck>,
+    /// The files ClusterLoader2 writes for this measurement: each its summary
+    /// name (`{name}_{test}_{time}.json`, perfdash's prefix) and content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub summaries: Vec<Cl2Summary>,
+}
+
+/// One file as ClusterLoader2 names and fills it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cl2Summary {
+    pub name: String,
+    pub content: serde_json::Value,
 }
 
 /// A started measurement.
@@ -237,6 +263,11 @@ pub struct Active {
     started: Instant,
     thresholds: Option<Thresholds>,
     kind: ActiveKind,
+    cl2: Cl2Params,
+    /// Read from a CL2 config (its defaults differ: enableViolations).
+    cl2_dialect: bool,
+    /// The perfdash file's prefix: `summaryName`, else the method as CL2 names it.
+    summary_name: String,
 }
 
 enum ActiveKind {
@@ -252,6 +283,15 @@ enum ActiveKind {
         stats: Arc<WatchStats>,
         resource: String,
         watchers: u64,
+    },
+    /// PodStartupLatency and SchedulingThroughput: a watch of the pods.
+    Pods(PodTracker),
+    /// WaitForControlledPodsRunning: what to wait for, and the controllers
+    /// the last gather saw (their pods must go when they go).
+    Controlled {
+        spec: ControlledSpec,
+        previous: Vec<Controller>,
+        gathers: Vec<ControlledOutcome>,
     },
 }
 
@@ -354,6 +394,31 @@ impl Active {
                     watchers: m.watches,
                 }
             }
+            Method::PodStartupLatency | Method::SchedulingThroughput => {
+                ActiveKind::Pods(PodTracker::start(
+                    &ApiClient::new(ctx.target),
+                    m.cl2.label_selector.as_deref(),
+                    ctx.send.timeout,
+                ))
+            }
+            Method::WaitForControlledPodsRunning => ActiveKind::Controlled {
+                spec: ControlledSpec {
+                    api_version: m
+                        .cl2
+                        .api_version
+                        .clone()
+                        .unwrap_or_else(|| "apps/v1".into()),
+                    kind: m.cl2.kind.clone().unwrap_or_default(),
+                    label_selector: m.cl2.label_selector.clone(),
+                    // CL2's default operationTimeout.
+                    timeout: m.cl2.timeout.unwrap_or(Duration::from_secs(600)),
+                },
+                previous: Vec::new(),
+                gathers: Vec::new(),
+            },
+            Method::WaitForRunningPods | Method::Sleep | Method::Skipped => {
+                return Err(format!("{} has no start", m.method_as_written))
+            }
         };
         Ok(Active {
             method: m.method,
@@ -363,6 +428,9 @@ impl Active {
             started: Instant::now(),
             thresholds: m.thresholds.clone(),
             kind,
+            cl2: m.cl2.clone(),
+            cl2_dialect: m.cl2_dialect,
+            summary_name: summary_name(m),
         })
     }
 
@@ -379,13 +447,29 @@ impl Active {
             ActiveKind::Watch {
                 stats, watchers, ..
             } => stats.active.load(std::sync::atomic::Ordering::Relaxed) >= *watchers,
+            ActiveKind::Pods(t) => t.synced(),
             _ => true,
         }
     }
 
     /// Stops the measurement and evaluates its SLOs; `gather` is the gather
     /// action (its thresholds win over the start's), `None` if the run ended first.
-    pub async fn gather(self, gather: Option<(&MeasurementAction, usize)>) -> MeasurementResult {
+    pub async fn gather(
+        mut self,
+        gather: Option<(&MeasurementAction, usize)>,
+    ) -> MeasurementResult {
+        // CL2 configs give most params at gather: they win over the start's.
+        if let Some((m, _)) = gather {
+            let g = &m.cl2;
+            let c = &mut self.cl2;
+            c.enable_violations = g.enable_violations.or(c.enable_violations);
+            c.allowed_slow_calls = c.allowed_slow_calls.max(g.allowed_slow_calls);
+            c.threshold = g.threshold.or(c.threshold);
+            if g.summary_name.is_some() {
+                c.summary_name = g.summary_name.clone();
+                self.summary_name = summary_name(m);
+            }
+        }
         let thresholds = gather
             .and_then(|(m, _)| m.thresholds.clone())
             .or(self.thresholds.clone());
@@ -400,7 +484,9 @@ impl Active {
             calls: Vec::new(),
             server_metrics: Vec::new(),
             watch: None,
+            pods: None,
             slos: Vec::new(),
+            summaries: Vec::new(),
         };
         match self.kind {
             ActiveKind::Api(calls) => {
@@ -425,6 +511,7 @@ impl Active {
                             observed: c.latency_ms.p99,
                             unit: "ms".into(),
                             met: c.latency_ms.p99 <= limit_ms,
+                            enforced: true,
                         });
                     }
                 }
@@ -437,8 +524,25 @@ impl Active {
                         observed,
                         unit: "ratio".into(),
                         met: observed <= max,
+                        enforced: true,
                     });
                 }
+                // CL2: violations fail the test only when enabled, and up to
+                // `allowedSlowCalls` slow call kinds are forgiven.
+                let slow = result
+                    .slos
+                    .iter()
+                    .filter(|s| !s.met && s.unit == "ms")
+                    .count() as u64;
+                let enforce = self.cl2.enable_violations.unwrap_or(!self.cl2_dialect)
+                    && slow > self.cl2.allowed_slow_calls;
+                for s in &mut result.slos {
+                    s.enforced = enforce || s.unit == "ratio";
+                }
+                result.summaries.push(Cl2Summary {
+                    name: self.summary_name.clone(),
+                    content: api_perfdata(&result.calls, &t),
+                });
             }
             ActiveKind::Usage { stop, tasks } => {
                 stop.cancel();
@@ -472,6 +576,7 @@ impl Active {
                         unit: "ms".into(),
                         // No timed event at all is a failed measurement, not a pass.
                         met: snap.requests > 0 && latency.p99 <= limit_ms,
+                        enforced: true,
                     });
                 }
                 result.watch = Some(WatchLatencySummary {
@@ -483,9 +588,149 @@ impl Active {
                     latency_ms: latency,
                 });
             }
+            ActiveKind::Pods(tracker) => {
+                let seen = tracker.stop().await;
+                if self.method == Method::SchedulingThroughput {
+                    // CL2's default measurmentInterval.
+                    let t = seen.throughput(Duration::from_secs(5));
+                    result.pods =
+                        Some(serde_json::json!({"throughput": t.clone(), "dropped": seen.dropped}));
+                    result.summaries.push(Cl2Summary {
+                        name: self.summary_name.clone(),
+                        content: t,
+                    });
+                } else {
+                    let threshold = self.cl2.threshold.unwrap_or(Duration::from_secs(5));
+                    let all = seen.transitions(None);
+                    if let Some(l) = all.get("pod_startup") {
+                        let limit_ms = threshold.as_secs_f64() * 1000.0;
+                        let p99 = l.perc99.as_secs_f64() * 1000.0;
+                        result.slos.push(SloCheck {
+                            measurement: name.clone(),
+                            subject: "p99 pod_startup".into(),
+                            threshold: limit_ms,
+                            observed: p99,
+                            unit: "ms".into(),
+                            met: p99 <= limit_ms,
+                            enforced: true,
+                        });
+                    }
+                    result.pods = Some(serde_json::json!({
+                        "pods_timed": all.get("pod_startup").map_or(0, |l| l.count),
+                        "dropped": seen.dropped,
+                    }));
+                    // CL2 writes all pods, then the stateless and stateful ones.
+                    for (prefix, filter) in [
+                        ("", None),
+                        ("Stateless", Some(true)),
+                        ("Stateful", Some(false)),
+                    ] {
+                        result.summaries.push(Cl2Summary {
+                            name: format!("{prefix}{}", self.summary_name),
+                            content: latency_perfdata(&seen.transitions(filter)),
+                        });
+                    }
+                }
+            }
+            ActiveKind::Controlled { gathers, .. } => {
+                result.pods = Some(serde_json::json!({ "gathers": gathers }));
+            }
         }
         result
     }
+
+    /// WaitForControlledPodsRunning's gather: waits (up to its
+    /// operationTimeout) and stays started, for the next gather. `Err`: the
+    /// wait timed out or could not list.
+    pub async fn wait_controlled(
+        &mut self,
+        client: &ApiClient,
+    ) -> Result<ControlledOutcome, String> {
+        let ActiveKind::Controlled {
+            spec,
+            previous,
+            gathers,
+        } = &mut self.kind
+        else {
+            return Err(format!(
+                "{} is not WaitForControlledPodsRunning",
+                self.identifier
+            ));
+        };
+        let (seen, outcome) = wait_controlled(client, spec, previous).await?;
+        *previous = seen;
+        gathers.push(outcome.clone());
+        if outcome.not_ready.is_empty() {
+            Ok(outcome)
+        } else {
+            let n = outcome.not_ready.len();
+            Err(format!(
+                "WaitForControlledPodsRunning `{}`: {n} {} not running their pods after {:.0}s: {}",
+                self.identifier,
+                spec.kind,
+                outcome.waited_s,
+                outcome
+                    .not_ready
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+    }
+}
+
+/// The perfdash file prefix of `m`: its `summaryName`, else the name CL2
+/// gives the method's summary (PodStartupLatency's carries the identifier;
+/// CL2 has no `APIResponsivenessPrometheusSimple` method, only the identifier).
+fn summary_name(m: &MeasurementAction) -> String {
+    match m.method {
+        // Only CL2's APIResponsivenessPrometheus reads `summaryName`.
+        Method::ApiResponsiveness if m.cl2.summary_name.is_some() => {
+            m.cl2.summary_name.clone().unwrap_or_default()
+        }
+        Method::ApiResponsiveness
+            if m.method_as_written
+                .to_ascii_lowercase()
+                .starts_with("apiresponsivenessprometheus") =>
+        {
+            "APIResponsivenessPrometheus".into()
+        }
+        Method::PodStartupLatency => format!("PodStartupLatency_{}", m.identifier),
+        Method::SchedulingThroughput => "SchedulingThroughput".into(),
+        _ => m.method_as_written.clone(),
+    }
+}
+
+/// CL2's APIResponsiveness PerfData: per call kind, p50/p90/p99 in ms and
+/// the labels perfdash reads (`SlowCount`: 1 when the kind's p99 misses its SLO).
+fn api_perfdata(calls: &[CallSummary], t: &Thresholds) -> serde_json::Value {
+    let items: Vec<serde_json::Value> = calls
+        .iter()
+        .map(|c| {
+            let key = CallKey {
+                verb: c.verb.clone(),
+                resource: c.resource.clone(),
+                scope: c.scope.clone(),
+            };
+            let slow = slo_for(&key, t)
+                .is_some_and(|(_, limit)| c.latency_ms.p99 > limit.as_secs_f64() * 1000.0);
+            serde_json::json!({
+                "data": {"Perc50": c.latency_ms.p50, "Perc90": c.latency_ms.p90, "Perc99": c.latency_ms.p99},
+                "unit": "ms",
+                "labels": {
+                    "Verb": c.verb,
+                    "Resource": c.resource,
+                    "Subresource": "",
+                    "Scope": c.scope,
+                    "Count": c.requests.to_string(),
+                    "SlowCount": u64::from(slow).to_string(),
+                },
+            })
+        })
+        .collect();
+    serde_json::json!({"version": "v1", "dataItems": items})
 }
 
 pub fn method_name(m: Method) -> &'static str {
@@ -493,6 +738,12 @@ pub fn method_name(m: Method) -> &'static str {
         Method::ApiResponsiveness => "APIResponsiveness",
         Method::ResourceUsage => "ResourceUsage",
         Method::WatchLatency => "WatchLatency",
+        Method::WaitForControlledPodsRunning => "WaitForControlledPodsRunning",
+        Method::WaitForRunningPods => "WaitForRunningPods",
+        Method::PodStartupLatency => "PodStartupLatency",
+        Method::SchedulingThroughput => "SchedulingThroughput",
+        Method::Sleep => "Sleep",
+        Method::Skipped => "Skipped",
     }
 }
 
@@ -562,19 +813,18 @@ mod tests {
             urls: vec![],
             interval: Duration::from_secs(1),
             thresholds: None,
+            action_as_written: "start".into(),
+            cl2: Cl2Params::default(),
+            cl2_dialect: false,
+            ignored_params: Vec::new(),
         };
-        let active = Active {
-            method: m.method,
-            method_as_written: m.method_as_written.clone(),
-            identifier: "api".into(),
-            started_in_step: 0,
-            started: Instant::now(),
-            thresholds: Some(Thresholds {
+        let active = api_active(
+            &m,
+            Some(Thresholds {
                 max_429_rate: Some(0.01),
                 ..Thresholds::default()
             }),
-            kind: ActiveKind::Api(Arc::new(ApiCalls::default())),
-        };
+        );
         active.add_calls(&calls);
         let r = active.gather(Some((&m, 2))).await;
         let by: BTreeMap<&str, bool> = r.slos.iter().map(|s| (s.subject.as_str(), s.met)).collect();
@@ -590,5 +840,80 @@ mod tests {
         );
         assert_eq!(by.get("429 rate"), Some(&false), "{by:?}");
         assert_eq!(r.gathered_in_step, Some(2));
+    }
+
+    fn api_active(m: &MeasurementAction, thresholds: Option<Thresholds>) -> Active {
+        Active {
+            method: m.method,
+            method_as_written: m.method_as_written.clone(),
+            identifier: m.identifier.clone(),
+            started_in_step: 0,
+            started: Instant::now(),
+            thresholds,
+            kind: ActiveKind::Api(Arc::new(ApiCalls::default())),
+            cl2: m.cl2.clone(),
+            cl2_dialect: m.cl2_dialect,
+            summary_name: summary_name(m),
+        }
+    }
+
+    /// CL2's APIResponsivenessPrometheus: a slow call fails the run only with
+    /// enableViolations, beyond allowedSlowCalls; the file is named by summaryName.
+    #[tokio::test]
+    async fn cl2_api_responsiveness_enforces_only_when_enabled() {
+        let slow = CallKey {
+            verb: "POST".into(),
+            resource: "pods".into(),
+            scope: "namespace".into(),
+        };
+        let calls = ApiCalls::default();
+        calls.record(&slow, &ok(201), Duration::from_millis(1500));
+        let action = |cl2: Cl2Params| MeasurementAction {
+            method: Method::ApiResponsiveness,
+            method_as_written: "APIResponsivenessPrometheus".into(),
+            identifier: "APIResponsivenessPrometheusSimple".into(),
+            action: super::super::validate::Action::Gather,
+            action_as_written: "gather".into(),
+            resource: "pods".parse().expect("resource"),
+            watches: 1,
+            urls: vec![],
+            interval: Duration::from_secs(1),
+            thresholds: None,
+            cl2,
+            cl2_dialect: true,
+            ignored_params: Vec::new(),
+        };
+        let enforced = |cl2: Cl2Params| {
+            let m = action(cl2);
+            let a = api_active(&m, None);
+            a.add_calls(&calls);
+            async move {
+                let r = a.gather(Some((&m, 1))).await;
+                assert!(r.slos.iter().any(|s| !s.met), "the call is slow");
+                (r.slos.iter().any(|s| !s.met && s.enforced), r.summaries)
+            }
+        };
+        let (e, summaries) = enforced(Cl2Params::default()).await;
+        assert!(!e, "CL2's default: violations not enabled");
+        assert_eq!(summaries[0].name, "APIResponsivenessPrometheus");
+        let labels = &summaries[0].content["dataItems"][0]["labels"];
+        assert_eq!(labels["SlowCount"], "1");
+        assert_eq!(labels["Count"], "1");
+        assert_eq!(labels["Subresource"], "");
+        let (e, summaries) = enforced(Cl2Params {
+            enable_violations: Some(true),
+            summary_name: Some("APIResponsivenessPrometheus_simple".into()),
+            ..Cl2Params::default()
+        })
+        .await;
+        assert!(e, "enabled: the slow call fails the run");
+        assert_eq!(summaries[0].name, "APIResponsivenessPrometheus_simple");
+        let (e, _) = enforced(Cl2Params {
+            enable_violations: Some(true),
+            allowed_slow_calls: 1,
+            ..Cl2Params::default()
+        })
+        .await;
+        assert!(!e, "one slow call kind is allowed");
     }
 }

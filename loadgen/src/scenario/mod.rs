@@ -16,6 +16,8 @@
 //! - [`output`]: `summary.json`, `perfdata.json` per step and for the run; the end table.
 //! - `etcd_phase`: an `etcd:` phase through [`crate::etcd`].
 //! - [`cluster_size`]: `.Nodes` of ClusterLoader2 configs, counted on the cluster.
+//! - [`pods`]: CL2's pod measurements (PodStartupLatency, SchedulingThroughput,
+//!   WaitForControlledPodsRunning, WaitForRunningPods), seen through a watch.
 
 pub mod cluster_size;
 mod etcd_phase;
@@ -23,6 +25,7 @@ pub mod file;
 pub mod measure;
 pub mod namespaces;
 pub mod output;
+pub mod pods;
 pub mod reconcile;
 pub mod run;
 pub mod template;
@@ -81,6 +84,9 @@ pub fn outline(s: &Scenario) -> String {
             .map(|f| format!(" ({f} …)"))
             .unwrap_or_default()
     );
+    for part in &s.skipped {
+        let _ = writeln!(out, "  skipped: {part}");
+    }
     for (i, step) in s.steps.iter().enumerate() {
         match &step.body {
             validate::StepBody::Phases(ps) => {
@@ -109,16 +115,18 @@ pub fn outline(s: &Scenario) -> String {
                 let m: Vec<String> = ms
                     .iter()
                     .map(|m| {
-                        format!(
-                            "{} {}/{}",
-                            if m.action == validate::Action::Start {
-                                "start"
-                            } else {
-                                "gather"
-                            },
-                            measure::method_name(m.method),
-                            m.identifier
-                        )
+                        let action = match (m.method, m.action) {
+                            (validate::Method::Skipped, _) => "skip",
+                            (_, validate::Action::Start) => "start",
+                            (_, validate::Action::Gather) => "gather",
+                            (_, validate::Action::Run) => "run",
+                        };
+                        let ignored = if m.ignored_params.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (params not read: {})", m.ignored_params.join(", "))
+                        };
+                        format!("{action} {}/{}{ignored}", m.method_as_written, m.identifier)
                     })
                     .collect();
                 let _ = writeln!(out, "  step {i} {}: {}", step.name, m.join(", "));

@@ -40,7 +40,7 @@ pub enum Verdict {
 
 impl Verdict {
     pub fn of(r: &ScenarioReport) -> Verdict {
-        if r.error.is_some() || r.slos.iter().any(|s| !s.met) {
+        if r.error.is_some() || r.slos.iter().any(|s| !s.met && s.enforced) {
             Verdict::Fail
         } else if r.slos.is_empty() {
             Verdict::None
@@ -78,6 +78,9 @@ pub struct StepReport {
     pub phases: Vec<PhaseReport>,
     pub measurements_started: Vec<String>,
     pub gathered: Vec<MeasurementResult>,
+    /// Measurements loadgen does not implement, met in this step and skipped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 impl StepReport {
@@ -120,6 +123,10 @@ pub struct ScenarioReport {
     pub verdict: Verdict,
     pub error: Option<String>,
     pub cleanup: CleanupReport,
+    /// What the file asks for that loadgen accepted but did not run
+    /// (unimplemented measurements, CL2 dependencies, chaosMonkey, …).
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 impl ScenarioReport {
@@ -139,6 +146,7 @@ impl ScenarioReport {
             verdict: Verdict::None,
             error: None,
             cleanup: CleanupReport::default(),
+            skipped: s.skipped.clone(),
         }
     }
 
@@ -280,18 +288,30 @@ fn measurement_items(ms: &[MeasurementResult]) -> Vec<serde_json::Value> {
 }
 
 /// `DIR/summary.json` and `DIR/perfdata.json` (every gathered measurement),
-/// and one PerfData file per measurement named as ClusterLoader2 names its
-/// summaries, so perfdash finds them (see [`perfdash_name`]).
+/// and each measurement's files as ClusterLoader2 names and fills them, so
+/// perfdash finds them (see [`perfdash_name`]).
 pub fn write_top(dir: &Path, r: &ScenarioReport) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     write_json(&dir.join("summary.json"), r)?;
     let at = crate::ops::rfc3339(crate::ops::unix_nanos());
     for m in &r.measurements {
-        let perf = serde_json::json!({
-            "version": "v1",
-            "dataItems": measurement_items(std::slice::from_ref(m)),
-        });
-        write_json(&dir.join(perfdash_name(m, &r.name, &at)), &perf)?;
+        if m.summaries.is_empty() && matches!(m.method.as_str(), "WatchLatency" | "ResourceUsage") {
+            // loadgen's own measurements: their PerfData (CL2's write their own
+            // files; WaitForControlledPodsRunning writes none, as CL2's).
+            let perf = serde_json::json!({
+                "version": "v1",
+                "dataItems": measurement_items(std::slice::from_ref(m)),
+            });
+            let name = if m.method_as_written.is_empty() {
+                &m.method
+            } else {
+                &m.method_as_written
+            };
+            write_json(&dir.join(perfdash_name(name, &r.name, &at)), &perf)?;
+        }
+        for s in &m.summaries {
+            write_json(&dir.join(perfdash_name(&s.name, &r.name, &at)), &s.content)?;
+        }
     }
     let perf = serde_json::json!({
         "version": "v1",
@@ -301,23 +321,14 @@ pub fn write_top(dir: &Path, r: &ScenarioReport) -> io::Result<()> {
     write_json(&dir.join("perfdata.json"), &perf)
 }
 
-/// CL2's summary file name, `{Method}_{Identifier}_{test name}_{RFC 3339 time}.json`
-/// (the method as the file spells it):
-/// perfdash's `OutputFilePrefix` is `{Method}_{Identifier}` and its `Name` the
-/// test's name.
-pub fn perfdash_name(m: &MeasurementResult, test: &str, at: &str) -> String {
+/// CL2's summary file name (`simple_test_executor.go`):
+/// `{summary name}_{test name}_{RFC 3339 time}.json`, the parts joined by `_`.
+/// The summary name is the measurement's `summaryName` or the name CL2 gives
+/// it (`APIResponsivenessPrometheus`, `PodStartupLatency_<identifier>`, …);
+/// perfdash's `OutputFilePrefix` matches `{summary name}_{test name}`.
+pub fn perfdash_name(summary: &str, test: &str, at: &str) -> String {
     let part = crate::output::file_name;
-    let method = if m.method_as_written.is_empty() {
-        &m.method
-    } else {
-        &m.method_as_written
-    };
-    format!(
-        "{}_{}_{}_{at}.json",
-        part(method),
-        part(&m.identifier),
-        part(test)
-    )
+    format!("{}_{}_{at}.json", part(summary), part(test))
 }
 
 /// A step's dir: `summary.json`, `perfdata.json` (its phases' calls and the

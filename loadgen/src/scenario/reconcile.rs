@@ -29,7 +29,7 @@ use crate::target::ApiClient;
 /// Label naming the scenario on every object it creates.
 pub const SCENARIO_LABEL: &str = "loadgen.tollgate.dev/scenario";
 
-/// What exists, by (namespace or "", basename): replicas and where they live.
+/// What exists, by (namespace or "", [`ObjectSet::key`]): replicas and where they live.
 #[derive(Debug, Default)]
 pub struct Live {
     sets: Mutex<HashMap<(String, String), (u32, Resource)>>,
@@ -45,9 +45,9 @@ impl Live {
         live
     }
 
-    fn replicas(&self, ns: &str, basename: &str) -> u32 {
+    fn replicas(&self, ns: &str, set: &ObjectSet) -> u32 {
         lock(&self.sets)
-            .get(&(ns.to_string(), basename.to_string()))
+            .get(&(ns.to_string(), set.key()))
             .map(|(n, _)| *n)
             .unwrap_or(0)
     }
@@ -56,8 +56,9 @@ impl Live {
     pub fn cluster_scoped(&self) -> Vec<(Resource, String)> {
         let sets = lock(&self.sets);
         let mut out = Vec::new();
-        for ((ns, basename), (n, resource)) in sets.iter() {
+        for ((ns, key), (n, resource)) in sets.iter() {
             if ns.is_empty() {
+                let basename = key.rsplit('/').next().unwrap_or(key);
                 out.extend((0..*n).map(|i| (resource.clone(), format!("{basename}-{i}"))));
             }
         }
@@ -136,7 +137,8 @@ pub async fn reconcile_until(
     };
     let start = Instant::now();
     let lag = Mutex::new(crate::record::new_histogram());
-    tuning::spread(&offsets, start, stop, |u| {
+    let shape = phase.tuning.as_ref().map(|t| &t.shape);
+    tuning::spread_shaped(&offsets, shape, start, stop, |u| {
         let (ns, i) = work.units[u].clone();
         let late = start.elapsed().saturating_sub(offsets[u]);
         lock(&lag).saturating_record(u64::try_from(late.as_micros()).unwrap_or(u64::MAX).max(1));
@@ -182,7 +184,7 @@ impl Work {
         for ns in namespaces {
             let mut top = 0;
             for (j, set) in phase.bundle.iter().enumerate() {
-                let prev = live.replicas(ns, &set.basename);
+                let prev = live.replicas(ns, set);
                 work.before.insert((ns.clone(), j), prev);
                 top = top.max(prev.max(phase.replicas));
             }
@@ -257,7 +259,7 @@ fn record_live(phase: &ObjectPhase, live: &Live, namespaces: &[String]) {
     let mut sets = lock(&live.sets);
     for ns in namespaces {
         for set in &phase.bundle {
-            let key = (ns.clone(), set.basename.clone());
+            let key = (ns.clone(), set.key());
             if phase.replicas == 0 {
                 sets.remove(&key);
             } else {

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::measure::{self, Active, ApiCalls, MeasureCtx, MeasurementResult};
 use super::output::{self, CleanupReport, PhaseReport, ScenarioReport, StepReport, Verdict};
 use super::reconcile::{self, Live, ReconcileCtx};
-use super::validate::{Action, MeasurementAction, Phase, PhaseKind, Scenario, StepBody};
+use super::validate::{Action, MeasurementAction, Method, Phase, PhaseKind, Scenario, StepBody};
 use super::{namespaces, ScenarioError};
 use crate::send::SendOptions;
 use crate::target::{ApiClient, Target, TargetOptions};
@@ -92,6 +92,9 @@ pub async fn run(
         target,
         shutdown,
     };
+    for part in &scenario.skipped {
+        tracing::warn!("not run (loadgen does not implement it): {part}");
+    }
     let started_at = crate::ops::unix_nanos();
     let start = Instant::now();
     let mut created = Vec::new();
@@ -152,9 +155,15 @@ fn needs_api(s: &Scenario) -> bool {
     !s.namespaces.is_empty()
         || s.steps.iter().any(|step| match &step.body {
             StepBody::Phases(ps) => ps.iter().any(|p| !matches!(p.kind, PhaseKind::Etcd(_))),
-            StepBody::Measurements(ms) => ms
-                .iter()
-                .any(|m| m.method == super::validate::Method::WatchLatency),
+            StepBody::Measurements(ms) => ms.iter().any(|m| {
+                !matches!(
+                    m.method,
+                    Method::ApiResponsiveness
+                        | Method::ResourceUsage
+                        | Method::Sleep
+                        | Method::Skipped
+                )
+            }),
         })
 }
 
@@ -216,6 +225,7 @@ impl Runner<'_> {
                 phases: Vec::new(),
                 measurements_started: Vec::new(),
                 gathered: Vec::new(),
+                skipped: Vec::new(),
             };
             let phase_reports = match &step.body {
                 StepBody::Phases(phases) => self.phases(phases, &active, &mut sr).await,
@@ -285,6 +295,13 @@ impl Runner<'_> {
         for m in ms {
             let key = (m.method, m.identifier.clone());
             match m.action {
+                Action::Run => {
+                    if let Err(e) = self.run_once(m, sr).await {
+                        sr.error.get_or_insert(e);
+                    }
+                }
+                // CL2: starting a running WaitForControlledPodsRunning does nothing.
+                Action::Start if active.contains_key(&key) => {}
                 Action::Start => {
                     let ctx = MeasureCtx {
                         target: &self.target,
@@ -306,6 +323,14 @@ impl Runner<'_> {
                         }
                     }
                 }
+                // CL2 gathers it after every phase that changes controllers: it stays started.
+                Action::Gather if m.method == Method::WaitForControlledPodsRunning => {
+                    if let Some(a) = active.get_mut(&key) {
+                        if let Err(e) = a.wait_controlled(&self.client).await {
+                            sr.error.get_or_insert(e);
+                        }
+                    }
+                }
                 Action::Gather => {
                     if let Some(a) = active.remove(&key) {
                         sr.gathered.push(a.gather(Some((m, index))).await);
@@ -318,6 +343,59 @@ impl Runner<'_> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !active.values().all(Active::watching) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A one-shot measurement: Sleep, WaitForRunningPods, or one loadgen skips
+    /// (said once per run, at the start, and listed in the summary).
+    async fn run_once(&self, m: &MeasurementAction, sr: &mut StepReport) -> Result<(), String> {
+        match m.method {
+            Method::Sleep => {
+                let d = m.cl2.duration.unwrap_or_default();
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = self.shutdown.cancelled() => {}
+                }
+                Ok(())
+            }
+            Method::WaitForRunningPods => {
+                let desired = m.cl2.desired_pod_count.unwrap_or(0);
+                // CL2's default timeout.
+                let timeout = m.cl2.timeout.unwrap_or(Duration::from_secs(3600));
+                let (n, in_time) = super::pods::wait_running(
+                    &self.client,
+                    m.cl2.label_selector.as_deref(),
+                    m.cl2.namespace.as_deref(),
+                    desired,
+                    timeout,
+                )
+                .await?;
+                sr.measurements_started.push(format!(
+                    "WaitForRunningPods/{}: {n} of {desired} running",
+                    m.identifier
+                ));
+                if in_time {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "WaitForRunningPods `{}`: {n} of {desired} pods running after {timeout:?}",
+                        m.identifier
+                    ))
+                }
+            }
+            _ => {
+                sr.skipped.push(format!(
+                    "{} `{}` ({})",
+                    m.method_as_written,
+                    m.identifier,
+                    if m.action_as_written.is_empty() {
+                        "-"
+                    } else {
+                        &m.action_as_written
+                    }
+                ));
+                Ok(())
+            }
         }
     }
 

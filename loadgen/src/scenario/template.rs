@@ -159,8 +159,14 @@ impl ObjectTemplate {
                 basename,
                 dir,
             } => {
-                let mut data: serde_json::Map<String, serde_json::Value> =
-                    fill.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                // As CL2's ExecuteObject: the test's values, then the bundle
+                // entry's templateFillMap, then the object's own names.
+                let mut data: serde_json::Map<String, serde_json::Value> = ctx
+                    .params
+                    .iter()
+                    .chain(fill.iter())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 data.insert("Name".into(), ctx.name.into());
                 data.insert("Index".into(), ctx.n.into());
                 data.insert("Namespace".into(), ctx.namespace.into());

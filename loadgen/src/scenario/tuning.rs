@@ -1,8 +1,13 @@
 //! Tuning sets: when each unit of a phase (one namespace × replica pair) is
 //! meant to start. [`TuningSet::offsets`] is pure; [`spread`] runs units at
-//! those offsets, open loop (a slow unit never delays the next one's start).
+//! those offsets, open loop (a slow unit never delays the next one's start),
+//! except where the set itself closes the loop: ClusterLoader2's
+//! `parallelismLimitedLoad` (at most N units running) and `globalQPSLoad`
+//! (one token bucket shared by every phase that names the set, so two
+//! parallel phases together stay under its rate).
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -30,6 +35,65 @@ pub enum LoadShape {
     /// `poissonLoad{averageQps}`: exponential gaps with mean `1 / averageQps`
     /// (an open-loop Poisson process).
     Poisson { average_qps: f64 },
+    /// CL2's `timeLimitedLoad{timeLimit}`: unit `i` at `i × timeLimit / units`.
+    TimeLimited { time_limit: Duration },
+    /// CL2's `randomizedTimeLimitedLoad{timeLimit}`: each unit at a uniformly
+    /// random moment in `[0, timeLimit)`.
+    RandomizedTimeLimited { time_limit: Duration },
+    /// CL2's `parallelismLimitedLoad{parallelismLimit}`: every unit due at
+    /// once, at most `limit` running.
+    ParallelismLimited { limit: usize },
+    /// CL2's `globalQPSLoad{qps, burst}`: every unit due at once, each waiting
+    /// for a token of the bucket all phases naming this set share.
+    GlobalQps { bucket: SharedBucket },
+}
+
+/// A token bucket shared by every phase that uses one `globalQPSLoad` set
+/// (clones share it). Tokens are reserved in order: each caller learns when
+/// its token is due, so waiting needs no lock.
+#[derive(Debug, Clone)]
+pub struct SharedBucket(Arc<Mutex<Bucket>>);
+
+#[derive(Debug)]
+struct Bucket {
+    interval: Duration,
+    burst: u32,
+    /// When the next token is due if none were saved up.
+    next: Option<Instant>,
+}
+
+impl PartialEq for SharedBucket {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl SharedBucket {
+    /// `qps` tokens a second, up to `burst` (at least 1) at once.
+    pub fn new(qps: f64, burst: u32) -> SharedBucket {
+        let interval = Duration::try_from_secs_f64(1.0 / qps).unwrap_or(Duration::MAX);
+        SharedBucket(Arc::new(Mutex::new(Bucket {
+            interval,
+            burst: burst.max(1),
+            next: None,
+        })))
+    }
+
+    /// Reserves the next token at `now`: when it may be used.
+    pub fn reserve(&self, now: Instant) -> Instant {
+        let mut b = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Saved-up tokens: at most `burst`, so an idle bucket lets `burst` go at once.
+        let saved = b.interval.saturating_mul(b.burst - 1);
+        let earliest = now.checked_sub(saved).unwrap_or(now);
+        let at = b.next.map_or(earliest, |n| n.max(earliest));
+        b.next = Some(at + b.interval);
+        at.max(now)
+    }
+
+    /// Waits for a token.
+    pub async fn acquire(&self) {
+        tokio::time::sleep_until(self.reserve(Instant::now())).await;
+    }
 }
 
 /// A named tuning set.
@@ -69,6 +133,25 @@ impl TuningSet {
                 v.sort();
                 v
             }
+            LoadShape::TimeLimited { time_limit } => (0..units)
+                .map(|i| {
+                    Duration::try_from_secs_f64(
+                        time_limit.as_secs_f64() * i as f64 / units.max(1) as f64,
+                    )
+                    .unwrap_or(Duration::MAX)
+                })
+                .collect(),
+            LoadShape::RandomizedTimeLimited { time_limit } => {
+                let mut rng = StdRng::seed_from_u64(seed);
+                let mut v: Vec<Duration> = (0..units)
+                    .map(|_| time_limit.mul_f64(rng.random::<f64>()))
+                    .collect();
+                v.sort();
+                v
+            }
+            LoadShape::ParallelismLimited { .. } | LoadShape::GlobalQps { .. } => {
+                vec![Duration::ZERO; units]
+            }
             LoadShape::Stepped {
                 burst_size,
                 step_delay,
@@ -96,26 +179,60 @@ pub async fn spread<F, Fut, T>(
     offsets: &[Duration],
     start: Instant,
     stop: &CancellationToken,
+    unit: F,
+) -> Vec<T>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = T>,
+{
+    spread_shaped(offsets, None, start, stop, unit).await
+}
+
+/// [`spread`], closing the loop where `shape` asks: at most
+/// `parallelismLimit` units running, or each unit first taking a token of its
+/// `globalQPSLoad` bucket.
+pub async fn spread_shaped<F, Fut, T>(
+    offsets: &[Duration],
+    shape: Option<&LoadShape>,
+    start: Instant,
+    stop: &CancellationToken,
     mut unit: F,
 ) -> Vec<T>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = T>,
 {
+    let limit = match shape {
+        Some(LoadShape::ParallelismLimited { limit }) => (*limit).max(1),
+        _ => usize::MAX,
+    };
+    let bucket = match shape {
+        Some(LoadShape::GlobalQps { bucket }) => Some(bucket.clone()),
+        _ => None,
+    };
     let mut running = FuturesUnordered::new();
     let mut results: Vec<Option<T>> = (0..offsets.len()).map(|_| None).collect();
     let mut next = 0usize;
     while next < offsets.len() || !running.is_empty() {
-        let due = offsets.get(next).map(|d| start + *d);
+        let due = offsets
+            .get(next)
+            .filter(|_| running.len() < limit)
+            .map(|d| start + *d);
         tokio::select! {
             biased;
-            _ = stop.cancelled(), if due.is_some() => next = offsets.len(),
+            _ = stop.cancelled(), if next < offsets.len() => next = offsets.len(),
             _ = async { if let Some(at) = due { tokio::time::sleep_until(at).await } },
                 if due.is_some() => {
                 let i = next;
                 next += 1;
+                let bucket = bucket.clone();
                 let fut = unit(i);
-                running.push(async move { (i, fut.await) });
+                running.push(async move {
+                    if let Some(b) = bucket {
+                        b.acquire().await;
+                    }
+                    (i, fut.await)
+                });
             }
             Some((i, r)) = running.next(), if !running.is_empty() => {
                 results[i] = Some(r);
@@ -217,6 +334,93 @@ mod tests {
             .count();
         assert!((70..=130).contains(&first_half), "{first_half}");
         assert_ne!(ts.offsets(10, 1), ts.offsets(10, 2), "seeded");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn parallelism_limited_load_runs_at_most_its_limit() {
+        let ts = TuningSet {
+            name: "seq".into(),
+            initial_delay: Duration::ZERO,
+            shape: LoadShape::ParallelismLimited { limit: 2 },
+        };
+        let start = Instant::now();
+        let offsets = ts.offsets(5, 1);
+        let now_running = Arc::new(Mutex::new((0usize, 0usize)));
+        spread_shaped(
+            &offsets,
+            Some(&ts.shape),
+            start,
+            &CancellationToken::new(),
+            |_| {
+                let r = now_running.clone();
+                async move {
+                    {
+                        let mut g = r.lock().expect("lock");
+                        g.0 += 1;
+                        g.1 = g.1.max(g.0);
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    r.lock().expect("lock").0 -= 1;
+                }
+            },
+        )
+        .await;
+        assert_eq!(now_running.lock().expect("lock").1, 2, "peak in flight");
+        // 5 units of 1 s, two at a time: 3 s.
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_global_qps_bucket_paces_every_phase_that_shares_it() {
+        let bucket = SharedBucket::new(10.0, 1);
+        let shape = LoadShape::GlobalQps { bucket };
+        let start = Instant::now();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let offsets = vec![Duration::ZERO; 10];
+        let phase = |shape: LoadShape| {
+            let seen = seen.clone();
+            let offsets = offsets.clone();
+            async move {
+                spread_shaped(
+                    &offsets,
+                    Some(&shape),
+                    start,
+                    &CancellationToken::new(),
+                    |_| {
+                        let seen = seen.clone();
+                        async move { seen.lock().expect("lock").push(start.elapsed()) }
+                    },
+                )
+                .await
+            }
+        };
+        // Two phases at once, one bucket: 20 units at 10/s together.
+        futures_util::future::join(phase(shape.clone()), phase(shape)).await;
+        let mut at = seen.lock().expect("lock").clone();
+        at.sort();
+        assert_eq!(at.len(), 20);
+        assert_eq!(at[19], Duration::from_millis(1900));
+        assert!(at
+            .windows(2)
+            .all(|w| w[1] - w[0] == Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn time_limited_loads_stay_inside_their_limit() {
+        let even = set(LoadShape::TimeLimited {
+            time_limit: Duration::from_secs(10),
+        });
+        let ms: Vec<u128> = even.offsets(4, 1).iter().map(|d| d.as_millis()).collect();
+        assert_eq!(ms, vec![500, 3000, 5500, 8000]);
+        let random = set(LoadShape::RandomizedTimeLimited {
+            time_limit: Duration::from_secs(10),
+        });
+        let v = random.offsets(100, 3);
+        assert!(v
+            .iter()
+            .all(|d| *d >= Duration::from_millis(500) && *d < Duration::from_millis(10_500)));
+        assert!(v.windows(2).all(|w| w[0] <= w[1]));
+        assert_ne!(random.offsets(10, 1), random.offsets(10, 2), "seeded");
     }
 
     #[tokio::test(start_paused = true)]

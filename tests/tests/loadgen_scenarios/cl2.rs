@@ -146,8 +146,9 @@ fn a_cl2_config_runs_against_the_simulator() -> anyhow::Result<()> {
         assert!(out.join(step).join("perfdata.json").is_file());
     }
     assert!(out.join("perfdata.json").is_file());
-    // CL2: {Method}_{Identifier}_{test name}_{RFC 3339}.json beside perfdata.json.
-    let prefix = "APIResponsivenessPrometheus_APIResponsivenessPrometheusSimple_cl2-density_";
+    // CL2: {summary name}_{test name}_{RFC 3339}.json beside perfdata.json; the
+    // measurement's summary name is CL2's for the method (no summaryName given).
+    let prefix = "APIResponsivenessPrometheus_cl2-density_";
     let named: Vec<String> = std::fs::read_dir(&out)?
         .filter_map(|e| e.ok().and_then(|e| e.file_name().into_string().ok()))
         .filter(|n| n.starts_with(prefix))
@@ -206,22 +207,35 @@ fn refused(dir: &Path) -> anyhow::Result<String> {
     Ok(done.stderr)
 }
 
-/// A measurement, a tuning-set load, a step module or an object kind loadgen does not
-/// implement is refused by name, with the file, the place and what is supported.
+/// A measurement loadgen does not implement is accepted with its params and skipped
+/// by name; unknown params of one it implements are not an error; CL2's other tuning
+/// sets and module steps are read; an object kind loadgen cannot address is refused
+/// with the file, the place and what is supported.
 #[test]
-fn what_loadgen_does_not_implement_is_refused_by_name() -> anyhow::Result<()> {
+fn what_loadgen_does_not_implement_is_skipped_by_name_or_refused() -> anyhow::Result<()> {
     let m = variant("config.yaml", |t| {
-        t.replace(
-            "Method: APIResponsivenessPrometheus",
-            "Method: PodStartupLatency",
+        t.replacen(
+            "    Method: APIResponsivenessPrometheus\n    Params:\n      action: start\n",
+            "    Method: APIResponsivenessPrometheus\n    Params:\n      action: start\n      someFutureParam: 3\n  - Identifier: Probes\n    Method: InClusterNetworkLatency\n    Params:\n      action: start\n      checkProbesReadyTimeout: 15m\n",
+            1,
         )
     })?;
-    let err = refused(m.path())?;
+    let tmp = tempfile::tempdir()?;
+    let out = tmp.path().join("out");
+    let overrides = m.path().join("overrides.yaml").display().to_string();
+    let done = super::loadgen_run_with(
+        &m.path().join("config.yaml"),
+        &out,
+        &["--testoverrides", &overrides, "--validate"],
+    )?;
+    assert!(done.status.success(), "{}", done.stderr);
     assert!(
-        err.contains(
-            "config.yaml: steps[0].measurements[0].method: unknown measurement `PodStartupLatency`"
-        ) && err.contains("APIResponsiveness, ResourceUsage, WatchLatency"),
-        "{err}"
+        done.stdout.contains(
+            "skipped: measurement InClusterNetworkLatency `Probes` at steps[0].measurements[1]"
+        ) && done.stdout.contains("skip InClusterNetworkLatency/Probes")
+            && done.stdout.contains("params not read: someFutureParam"),
+        "{}",
+        done.stdout
     );
     let k = variant("pod.yaml", |t| {
         t.replace("kind: Pod", "kind: VolumeSnapshot")
@@ -240,22 +254,27 @@ fn what_loadgen_does_not_implement_is_refused_by_name() -> anyhow::Result<()> {
             "  parallelismLimitedLoad:\n    parallelismLimit: 5",
         )
     })?;
-    let err = refused(t.path())?;
-    assert!(
-        err.contains("tuningSets[0]")
-            && err.contains("parallelismLimitedLoad")
-            && err.contains("qpsLoad"),
-        "{err}"
+    let config = t.path().join("config.yaml");
+    let s = load_with(
+        &config,
+        &LoadOptions {
+            overrides: vec![t.path().join("overrides.yaml")],
+            ..LoadOptions::default()
+        },
+    )?;
+    assert_eq!(
+        objects(&s, 2)?.tuning.as_ref().map(|t| t.shape.clone()),
+        Some(loadgen::scenario::tuning::LoadShape::ParallelismLimited { limit: 5 })
     );
     let module = variant("config.yaml", |t| {
         t.replace(
             "- name: Collecting measurements\n",
-            "- module:\n    path: modules/x.yaml\n- name: Collecting measurements\n",
+            "- module:\n    path: /modules/x.yaml\n- name: Collecting measurements\n",
         )
     })?;
     let err = refused(module.path())?;
     assert!(
-        err.contains("steps[3]") && err.contains("module") && err.contains("phases"),
+        err.contains("steps[3].module.path") && err.contains("modules/x.yaml"),
         "{err}"
     );
     Ok(())

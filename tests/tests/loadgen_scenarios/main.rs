@@ -10,7 +10,10 @@
 //!   produces SLO verdicts, per-step results and a clean cluster.
 //! - a ClusterLoader2-shaped config (`cl2/`: CL2's helpers, an overrides file, object
 //!   templates) renders, runs at its tuning sets' rates and writes perfdash-named PerfData;
-//!   what loadgen does not implement is refused by name;
+//!   what loadgen does not implement is skipped by name (a measurement) or refused (a kind);
+//! - ClusterLoader2's own configs (`perf-tests/`, a pinned copy of perf-tests'
+//!   `clusterloader2/testing/`): every one validates or is refused for its listed reason;
+//!   `density` and `load` run unchanged at a small scale (`cl2-small/` overrides);
 //! - SIGTERM mid-scenario drains the load phase, cleans up, writes results marked
 //!   interrupted and exits 143.
 //!
@@ -462,6 +465,7 @@ fn measurements_count_the_steps_between_start_and_gather() -> anyhow::Result<()>
 }
 
 mod cl2;
+mod conformance;
 mod etcd;
 mod examples;
 mod signals;

@@ -22,25 +22,36 @@ use crate::scenario::{Scenario, ScenarioError};
 
 /// Object kinds a CL2 config may create: loadgen knows their plural and scope.
 pub const SUPPORTED_KINDS: &[&str] = &[
+    "ClusterRole",
+    "ClusterRoleBinding",
     "ConfigMap",
     "CronJob",
     "DaemonSet",
     "Deployment",
     "Endpoints",
     "Event",
+    "HorizontalPodAutoscaler",
+    "Ingress",
     "Job",
     "Lease",
+    "Namespace",
     "NetworkPolicy",
+    "PersistentVolume",
     "PersistentVolumeClaim",
     "Pod",
+    "PodDisruptionBudget",
     "PriorityClass",
     "ReplicaSet",
+    "ReplicationController",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
     "Role",
     "RoleBinding",
     "Secret",
     "Service",
     "ServiceAccount",
     "StatefulSet",
+    "StorageClass",
 ];
 
 /// Whether `text` reads as a CL2 config rather than loadgen's own format:
@@ -77,31 +88,138 @@ pub fn check_kind(kind: &str) -> Result<(), String> {
 pub(super) fn load(path: &Path, text: &str, opts: &LoadOptions) -> Result<Scenario, ScenarioError> {
     let mapping = mapping(opts)?;
     let dir = path.parent().unwrap_or(Path::new("."));
+    let raw = render_yaml(path, text, dir, &mapping)?;
+    let Value::Object(mut top) = raw else {
+        return Err(invalid(path, "(top level)", "expected a mapping of fields"));
+    };
+    // Module steps, spliced in where they stand (CL2's flattenModuleSteps).
+    if let Some((key, steps)) = take_key(&mut top, "steps") {
+        let steps = flatten_modules(path, dir, &mapping, steps, "steps", 0)?;
+        top.insert(key, steps);
+    }
+    let (translated, skipped) = translate(top).map_err(|(p, reason)| invalid(path, &p, reason))?;
+    let json = serde_json::to_string(&Value::Object(translated))
+        .map_err(|e| invalid(path, "(rendered config)", e.to_string()))?;
+    let mut parsed = file::parse(&json).map_err(|(p, reason)| invalid(path, &p, reason))?;
+    parsed.params = mapping;
+    let mut scenario = Checker {
+        file: path,
+        dir,
+        dialect: Dialect::Cl2,
+    }
+    .check(parsed)?;
+    let mut all = skipped;
+    all.append(&mut scenario.skipped);
+    scenario.skipped = all;
+    Ok(scenario)
+}
+
+/// `text` rendered as a Go template over `mapping`, read as YAML.
+fn render_yaml(
+    file: &Path,
+    text: &str,
+    dir: &Path,
+    mapping: &BTreeMap<String, Value>,
+) -> Result<Value, ScenarioError> {
     let env = crate::stages::template::Env {
         include_dir: Some(dir.to_path_buf()),
         ..Default::default()
     };
     let data = Value::Object(mapping.clone().into_iter().collect());
     let rendered = crate::stages::template::Template::parse(text)
-        .map_err(|e| invalid(path, "(template)", e.to_string()))?
+        .map_err(|e| invalid(file, "(template)", e.to_string()))?
         .render(&data, &env)
-        .map_err(|e| invalid(path, "(template)", e.to_string()))?;
-    let raw: Value = serde_saphyr::from_str(&rendered)
-        .map_err(|e| invalid(path, "(rendered config)", e.to_string()))?;
-    let Value::Object(top) = raw else {
-        return Err(invalid(path, "(top level)", "expected a mapping of fields"));
+        .map_err(|e| invalid(file, "(template)", e.to_string()))?;
+    serde_saphyr::from_str(&rendered).map_err(|e| invalid(file, "(rendered config)", e.to_string()))
+}
+
+/// Removes `name` (any case) from `m`: the key as written and its value.
+fn take_key(m: &mut Map<String, Value>, name: &str) -> Option<(String, Value)> {
+    let key = m.keys().find(|k| k.eq_ignore_ascii_case(name))?.clone();
+    m.remove(&key).map(|v| (key, v))
+}
+
+/// CL2 nests modules at most this deep; a module that includes itself stops here.
+const MAX_MODULE_DEPTH: usize = 16;
+
+/// `steps` with every `module: {path, params}` step replaced by the module's
+/// own steps, rendered over the config's mapping plus the module's params
+/// (paths from the config's directory, as CL2 reads them).
+fn flatten_modules(
+    file: &Path,
+    dir: &Path,
+    mapping: &BTreeMap<String, Value>,
+    steps: Value,
+    at: &str,
+    depth: usize,
+) -> Result<Value, ScenarioError> {
+    let Value::Array(steps) = steps else {
+        return Ok(steps);
     };
-    let translated = translate(top).map_err(|(p, reason)| invalid(path, &p, reason))?;
-    let json = serde_json::to_string(&Value::Object(translated))
-        .map_err(|e| invalid(path, "(rendered config)", e.to_string()))?;
-    let mut parsed = file::parse(&json).map_err(|(p, reason)| invalid(path, &p, reason))?;
-    parsed.params = mapping;
-    Checker {
-        file: path,
-        dir,
-        dialect: Dialect::Cl2,
+    let mut out = Vec::new();
+    for (i, step) in steps.into_iter().enumerate() {
+        let place = format!("{at}[{i}]");
+        let Value::Object(mut step) = step else {
+            out.push(step);
+            continue;
+        };
+        let Some((_, module)) = take_key(&mut step, "module") else {
+            out.push(Value::Object(step));
+            continue;
+        };
+        let Value::Object(mut module) = module else {
+            return Err(invalid(
+                file,
+                &format!("{place}.module"),
+                "expected {path, params}",
+            ));
+        };
+        let mpath = match take_key(&mut module, "path") {
+            Some((_, Value::String(p))) => p,
+            _ => {
+                return Err(invalid(
+                    file,
+                    &format!("{place}.module.path"),
+                    "a module needs `path`",
+                ))
+            }
+        };
+        if depth >= MAX_MODULE_DEPTH {
+            return Err(invalid(file, &format!("{place}.module"), format!("modules nested deeper than {MAX_MODULE_DEPTH} (does `{mpath}` include itself?)")));
+        }
+        let mut m = mapping.clone();
+        if let Some((_, Value::Object(params))) = take_key(&mut module, "params") {
+            m.extend(params);
+        }
+        let mfile = dir.join(mpath.trim_start_matches('/'));
+        let text = std::fs::read_to_string(&mfile).map_err(|e| {
+            invalid(
+                file,
+                &format!("{place}.module.path"),
+                format!("{}: {e}", mfile.display()),
+            )
+        })?;
+        let mut body = match render_yaml(&mfile, &text, dir, &m)? {
+            Value::Object(body) => body,
+            // A module whose steps are all behind a false `if` renders to nothing.
+            Value::Null => continue,
+            _ => {
+                return Err(invalid(
+                    &mfile,
+                    "(top level)",
+                    "a module is a mapping with `steps`",
+                ))
+            }
+        };
+        let Some((_, msteps)) = take_key(&mut body, "steps") else {
+            continue;
+        };
+        let flat = flatten_modules(&mfile, dir, &m, msteps, "steps", depth + 1)?;
+        if let Value::Array(v) = flat {
+            out.extend(v);
+        }
     }
-    .check(parsed)
+    Ok(Value::Array(out))
 }
 
 /// CL2's template values: overrides files, then `CL2_*` variables, then `--param`.
@@ -120,8 +238,24 @@ fn mapping(opts: &LoadOptions) -> Result<BTreeMap<String, Value>, ScenarioError>
             _ => return Err(invalid(file, "(overrides)", "expected `key: value` lines")),
         }
     }
+    // As CL2's MergeMappings: a CL2_* variable that an overrides file also
+    // sets must agree with it.
     for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("CL2_")) {
-        m.entry(k).or_insert_with(|| unpack(&v));
+        let v = unpack(&v);
+        match m.get(&k) {
+            Some(old) if *old != v => {
+                return Err(invalid(
+                    Path::new(&k),
+                    "(environment)",
+                    format!(
+                        "merge conflict: the overrides set {k} to {old}, the environment to {v}"
+                    ),
+                ))
+            }
+            _ => {
+                m.insert(k, v);
+            }
+        }
     }
     for (k, v) in &opts.params {
         m.insert(k.clone(), param_value(v));
@@ -129,6 +263,12 @@ fn mapping(opts: &LoadOptions) -> Result<BTreeMap<String, Value>, ScenarioError>
     if let Some(n) = opts.nodes {
         m.entry("Nodes".to_string()).or_insert(Value::from(n));
     }
+    // CL2's own value (its --registry-k8s-repo flag, env REGISTRY_K8S_REPO).
+    m.entry("ImageRegistry".to_string()).or_insert_with(|| {
+        Value::String(
+            std::env::var("REGISTRY_K8S_REPO").unwrap_or_else(|_| "registry.k8s.io".into()),
+        )
+    });
     Ok(m)
 }
 
@@ -142,47 +282,102 @@ fn unpack(v: &str) -> Value {
 }
 
 /// CL2's top level into loadgen's: `namespace: {number, prefix, …}` becomes
-/// `namespaces: {count, basename}`; the rest is spelled alike.
-fn translate(top: Map<String, Value>) -> Result<Map<String, Value>, (String, String)> {
+/// `namespaces: {count, basename}` (CL2's default: one namespace); the parts
+/// loadgen accepts without running them (`dependencies`, a `chaosMonkey`
+/// that fails nodes, namespace options it has no use for) are returned as
+/// skipped, named.
+#[allow(clippy::type_complexity)]
+fn translate(
+    top: Map<String, Value>,
+) -> Result<(Map<String, Value>, Vec<String>), (String, String)> {
     let mut out = Map::new();
+    let mut skipped = Vec::new();
+    let mut count = Value::from(1);
+    let mut basename = None;
+    let mut automanaged = None;
     for (k, v) in top {
-        if !k.eq_ignore_ascii_case("namespace") {
-            out.insert(k, v);
-            continue;
-        }
-        let Value::Object(ns) = v else {
-            return Err(("namespace".into(), "expected {number, prefix}".into()));
-        };
-        let mut count = Value::from(0);
-        let mut basename = None;
-        for (nk, nv) in ns {
-            let place = format!("namespace.{nk}");
-            match nk.to_ascii_lowercase().as_str() {
-                "number" => count = nv,
-                "prefix" => basename = Some(nv),
-                // loadgen always deletes what it created, and never deletes what it did not.
-                "deleteautomanagednamespaces" | "deletestalenamespaces" if nv != Value::Bool(false) => {}
-                "deleteautomanagednamespaces" => {
-                    return Err((place, "false is not supported: loadgen always deletes the namespaces it created".into()))
-                }
-                "deletestalenamespaces" => {}
-                "enableexistingnamespaces" if nv != Value::Bool(true) => {}
-                _ => {
-                    return Err((
-                        place,
-                        format!("`{nk}` is not supported (supported: number, prefix, deleteAutomanagedNamespaces, deleteStaleNamespaces, enableExistingNamespaces: false)"),
-                    ))
+        match k.to_ascii_lowercase().as_str() {
+            "namespace" => {
+                let Value::Object(ns) = v else {
+                    return Err(("namespace".into(), "expected {number, prefix, …}".into()));
+                };
+                for (nk, nv) in ns {
+                    let place = format!("namespace.{nk}");
+                    match nk.to_ascii_lowercase().as_str() {
+                        "number" => count = nv,
+                        "prefix" => basename = Some(nv),
+                        // loadgen always deletes the namespaces it created and
+                        // never deletes ones it did not: these change nothing.
+                        "deleteautomanagednamespaces" | "deletestalenamespaces" | "enableexistingnamespaces" | "deletenamespacetimeout" => {
+                            if nk.eq_ignore_ascii_case("deleteAutomanagedNamespaces") && nv == Value::Bool(false) {
+                                skipped.push(format!("{place}: false (loadgen deletes the namespaces it created)"));
+                            } else if nk.eq_ignore_ascii_case("deleteStaleNamespaces") && nv == Value::Bool(true) {
+                                skipped.push(format!("{place}: true (loadgen deletes only namespaces of its own run)"));
+                            } else if nk.eq_ignore_ascii_case("enableExistingNamespaces") && nv == Value::Bool(true) {
+                                skipped.push(format!("{place}: true (loadgen adopts an existing namespace only if it carries loadgen's label)"));
+                            } else if nk.eq_ignore_ascii_case("deleteNamespaceTimeout") {
+                                skipped.push(format!("{place}: {nv} (loadgen does not wait for namespace deletion to finish)"));
+                            }
+                        }
+                        _ => {
+                            return Err((
+                                place,
+                                format!("`{nk}` is not a ClusterLoader2 namespace setting (number, prefix, deleteStaleNamespaces, deleteAutomanagedNamespaces, enableExistingNamespaces, deleteNamespaceTimeout)"),
+                            ))
+                        }
+                    }
                 }
             }
+            "automanagednamespaces" => automanaged = Some(v),
+            "dependencies" => {
+                for d in v.as_array().into_iter().flatten() {
+                    let field = |n: &str| {
+                        d.as_object()
+                            .and_then(|o| o.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)))
+                            .and_then(|(_, v)| v.as_str())
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    skipped.push(format!(
+                        "dependency {} `{}`",
+                        field("method"),
+                        field("name")
+                    ));
+                }
+            }
+            "chaosmonkey" => {
+                let failing = v
+                    .as_object()
+                    .and_then(|o| {
+                        o.iter()
+                            .find(|(k, _)| k.eq_ignore_ascii_case("nodeFailure"))
+                    })
+                    .is_some_and(|(_, f)| !f.is_null());
+                if failing {
+                    skipped.push("chaosMonkey.nodeFailure (loadgen fails no nodes)".into());
+                }
+            }
+            _ => {
+                out.insert(k, v);
+            }
         }
-        let mut n = Map::new();
-        n.insert("count".into(), count);
-        if let Some(b) = basename {
-            n.insert("basename".into(), b);
-        }
-        out.insert("namespaces".into(), Value::Object(n));
     }
-    Ok(out)
+    // CL2's SetDefaults: the old `automanagedNamespaces` wins over a default `number: 1`.
+    if let Some(a) = automanaged.filter(|a| a.as_u64().unwrap_or(0) > 1) {
+        if count.as_u64() == Some(1) {
+            count = a;
+        }
+    }
+    if count.as_u64() == Some(0) {
+        count = Value::from(1);
+    }
+    let mut n = Map::new();
+    n.insert("count".into(), count);
+    if let Some(b) = basename {
+        n.insert("basename".into(), b);
+    }
+    out.insert("namespaces".into(), Value::Object(n));
+    Ok((out, skipped))
 }
 
 #[cfg(test)]
@@ -203,16 +398,33 @@ mod tests {
         let top: Map<String, Value> =
             serde_json::from_str(r#"{"name":"t","Namespace":{"Number":2,"Prefix":"cl2"}}"#)
                 .expect("json");
-        let out = translate(top).expect("translate");
+        let (out, skipped) = translate(top).expect("translate");
         assert_eq!(
             out["namespaces"],
             serde_json::json!({"count": 2, "basename": "cl2"})
         );
+        assert!(skipped.is_empty());
         let top: Map<String, Value> =
             serde_json::from_str(r#"{"namespace":{"number":2,"sizeGB":1}}"#).expect("json");
         let (place, reason) = translate(top).expect_err("unknown");
         assert_eq!(place, "namespace.sizeGB");
-        assert!(reason.contains("supported: number, prefix"), "{reason}");
+        assert!(reason.contains("(number, prefix"), "{reason}");
+        let top: Map<String, Value> = serde_json::from_str(
+            r#"{"namespace":{"deleteNamespaceTimeout":"20m"},"dependencies":[{"name":"d","Method":"DRATestDriver"}],"chaosMonkey":{"nodeFailure":{"failureRate":0.1}}}"#,
+        )
+        .expect("json");
+        let (out, skipped) = translate(top).expect("accepted");
+        assert_eq!(
+            out["namespaces"],
+            serde_json::json!({"count": 1}),
+            "CL2's default"
+        );
+        assert_eq!(skipped.len(), 3, "{skipped:?}");
+        assert!(
+            skipped[1].contains("DRATestDriver `d`")
+                || skipped.iter().any(|s| s.contains("DRATestDriver `d`")),
+            "{skipped:?}"
+        );
         assert!(check_kind("Deployment").is_ok());
         let err = check_kind("VolumeSnapshot").expect_err("unknown kind");
         assert!(

@@ -156,6 +156,9 @@ pub fn param_value(v: &str) -> Value {
 /// `Ingress` → `ingresses`, `NetworkPolicy` → `networkpolicies`).
 pub fn plural(kind: &str) -> String {
     let k = kind.to_ascii_lowercase();
+    if k == "endpoints" {
+        return k;
+    }
     if k.ends_with('s') || k.ends_with('x') || k.ends_with("ch") || k.ends_with("sh") {
         format!("{k}es")
     } else if let Some(stem) = k
@@ -221,6 +224,7 @@ impl Checker<'_> {
         }
         let mut sets: HashMap<SetKey, (u32, PathBuf)> = HashMap::new();
         let mut started: BTreeMap<(Method, String), String> = BTreeMap::new();
+        let mut skipped = Vec::new();
         let mut steps = Vec::new();
         for (i, s) in f.steps.iter().enumerate() {
             let path = format!("steps[{i}]");
@@ -243,21 +247,16 @@ impl Checker<'_> {
                     let mut ms = Vec::new();
                     for (j, m) in s.measurements.iter().enumerate() {
                         let path = format!("{path}.measurements[{j}]");
-                        let m = self.measurement(&path, m)?;
-                        let key = (m.method, m.identifier.clone());
-                        match m.action {
-                            Action::Start => {
-                                if let Some(at) = started.insert(key, path.clone()) {
-                                    return Err(self.err(&path, format!("{:?} `{}` is already started at {at}", m.method, m.identifier)));
-                                }
+                        for m in self.measurements(&path, m)? {
+                            self.pair(&path, &m, &mut started)?;
+                            if m.method == Method::Skipped {
+                                skipped.push(format!(
+                                    "measurement {} `{}` at {path}",
+                                    m.method_as_written, m.identifier
+                                ));
                             }
-                            Action::Gather => {
-                                if started.remove(&key).is_none() {
-                                    return Err(self.err(&path, format!("{:?} `{}` is gathered but was not started in an earlier step", m.method, m.identifier)));
-                                }
-                            }
+                            ms.push(m);
                         }
-                        ms.push(m);
                     }
                     StepBody::Measurements(ms)
                 }
@@ -271,7 +270,12 @@ impl Checker<'_> {
             };
             steps.push(Step { name, body });
         }
-        if let Some(((method, id), at)) = started.into_iter().next() {
+        // CL2 lets a measurement end with the test (its results are
+        // gathered then); loadgen's format asks for the gather.
+        if let Some(((method, id), at)) = started
+            .into_iter()
+            .find(|_| self.dialect == Dialect::Loadgen)
+        {
             return Err(self.err(
                 &at,
                 format!("{method:?} `{id}` is started but never gathered"),
@@ -279,11 +283,77 @@ impl Checker<'_> {
         }
         Ok(Scenario {
             name,
+            skipped,
             file: self.file.to_path_buf(),
             params,
             namespaces,
             steps,
         })
+    }
+
+    /// Checks a start has no running twin and a gather has a start before it.
+    /// CL2 gathers WaitForControlledPodsRunning again after every phase that
+    /// changes the controllers: its gather leaves it started.
+    fn pair(
+        &self,
+        path: &str,
+        m: &MeasurementAction,
+        started: &mut BTreeMap<(Method, String), String>,
+    ) -> Result<(), ScenarioError> {
+        let key = (m.method, m.identifier.clone());
+        match m.action {
+            Action::Run => {}
+            // CL2: starting a running WaitForControlledPodsRunning does nothing.
+            Action::Start if m.method == Method::WaitForControlledPodsRunning => {
+                started.entry(key).or_insert_with(|| path.to_string());
+            }
+            Action::Start => {
+                if let Some(at) = started.insert(key, path.to_string()) {
+                    return Err(self.err(
+                        path,
+                        format!(
+                            "{} `{}` is already started at {at}",
+                            m.method_as_written, m.identifier
+                        ),
+                    ));
+                }
+            }
+            Action::Gather if m.method == Method::WaitForControlledPodsRunning => {
+                if !started.contains_key(&key) {
+                    return Err(self.err(
+                        path,
+                        format!(
+                            "{} `{}` is gathered but was not started in an earlier step",
+                            m.method_as_written, m.identifier
+                        ),
+                    ));
+                }
+            }
+            Action::Gather => {
+                if started.remove(&key).is_none() {
+                    return Err(self.err(
+                        path,
+                        format!(
+                            "{} `{}` is gathered but was not started in an earlier step",
+                            m.method_as_written, m.identifier
+                        ),
+                    ));
+                }
+            }
+        }
+        let needs = |what: &str| {
+            Err(self.err(path, format!("{} needs params.{what}", m.method_as_written)))
+        };
+        match (m.method, m.action) {
+            (Method::WaitForControlledPodsRunning, Action::Start) if m.cl2.kind.is_none() => {
+                needs("kind")
+            }
+            (Method::WaitForRunningPods, _) if m.cl2.desired_pod_count.is_none() => {
+                needs("desiredPodCount")
+            }
+            (Method::Sleep, _) if m.cl2.duration.is_none() => needs("duration"),
+            _ => Ok(()),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -354,6 +424,7 @@ mod tests {
         assert_eq!(plural("Ingress"), "ingresses");
         assert_eq!(plural("NetworkPolicy"), "networkpolicies");
         assert_eq!(plural("Gateway"), "gateways");
+        assert_eq!(plural("Endpoints"), "endpoints");
         assert_eq!(default_basename("Tess.IO lists"), "loadgen-tess-io-lists");
     }
 }

@@ -43,14 +43,39 @@ impl Checker<'_> {
                 )
             })?),
         };
-        let ns = match &p.namespace_range {
-            None => None,
-            Some(r) => {
+        let ns = match (&p.namespace_range, &p.namespace_list) {
+            (Some(_), Some(_)) => {
+                return Err(self.err(
+                    path,
+                    "a phase has `namespaceRange` or `namespaceList`, not both",
+                ))
+            }
+            // CL2: `[""]` is cluster scope; names are taken as written.
+            (None, Some(list)) if list.iter().all(String::is_empty) => None,
+            (None, Some(list)) => {
+                for n in list {
+                    if !is_dns_label(n) {
+                        return Err(self.err(
+                            &format!("{path}.namespaceList"),
+                            format!("`{n}` is not a valid namespace name"),
+                        ));
+                    }
+                }
+                Some(list.clone())
+            }
+            (None, None) => None,
+            (Some(r), None) => {
                 let rpath = format!("{path}.namespaceRange");
-                if r.min == 0 || r.min > r.max {
+                // Managed namespaces are numbered from 1; a named range (CL2's
+                // `basename`) may start at 0.
+                let lowest = u32::from(r.basename.is_none());
+                if r.min < lowest || r.min > r.max {
                     return Err(self.err(
                         &rpath,
-                        format!("needs 1 <= min <= max (min {}, max {})", r.min, r.max),
+                        format!(
+                            "needs {lowest} <= min <= max (min {}, max {})",
+                            r.min, r.max
+                        ),
                     ));
                 }
                 let base = r.basename.clone().unwrap_or_else(|| basename.to_string());
@@ -74,7 +99,7 @@ impl Checker<'_> {
         let mut bundle = Vec::new();
         for (k, o) in p.object_bundle.iter().enumerate() {
             let opath = format!("{path}.objectBundle[{k}]");
-            bundle.push(self.object_set(&opath, o, params, ns.as_deref())?);
+            bundle.push(self.object_set(&opath, o, params, ns.as_deref(), replicas)?);
         }
         Ok(ObjectPhase {
             namespaces: ns,
@@ -90,6 +115,7 @@ impl Checker<'_> {
         o: &file::ObjectFile,
         params: &BTreeMap<String, Value>,
         ns: Option<&[String]>,
+        replicas: u32,
     ) -> Result<ObjectSet, ScenarioError> {
         let tpath = format!("{path}.objectTemplatePath");
         if !is_dns_label(&format!("{}-0", o.basename)) {
@@ -98,7 +124,13 @@ impl Checker<'_> {
                 format!("`{}-N` is not a valid object name", o.basename),
             ));
         }
-        let file = self.dir.join(&o.object_template_path);
+        // CL2 writes paths from the config's directory as `/modules/…`.
+        let file = match self.dialect {
+            Dialect::Cl2 => self
+                .dir
+                .join(o.object_template_path.trim_start_matches('/')),
+            Dialect::Loadgen => self.dir.join(&o.object_template_path),
+        };
         let text = std::fs::read_to_string(&file)
             .map_err(|e| self.err(&tpath, format!("{}: {e}", file.display())))?;
         let template = match self.dialect {
@@ -122,8 +154,12 @@ impl Checker<'_> {
         }
         let name = format!("{}-0", o.basename);
         let sample_ns = ns.and_then(|n| n.first()).map(String::as_str).unwrap_or("");
-        let sample = template
-            .render(
+        // CL2 deletes (replicas 0) without rendering the template: it reads
+        // the type from the raw text with every `{{ }}` removed, and so does this.
+        let sample = if self.dialect == Dialect::Cl2 && replicas == 0 {
+            Ok(strip_actions(&text))
+        } else {
+            template.render(
                 &Context {
                     name: &name,
                     namespace: sample_ns,
@@ -132,12 +168,13 @@ impl Checker<'_> {
                 },
                 &mut rand::rng(),
             )
-            .map_err(|e| {
-                self.err(
-                    &tpath,
-                    format!("{} (rendered for {name}): {e}", file.display()),
-                )
-            })?;
+        }
+        .map_err(|e| {
+            self.err(
+                &tpath,
+                format!("{} (rendered for {name}): {e}", file.display()),
+            )
+        })?;
         let obj: Value = serde_saphyr::from_str(&sample).map_err(|e| {
             self.err(
                 &tpath,
@@ -217,7 +254,7 @@ impl Checker<'_> {
         };
         for ns in &namespaces {
             for set in &o.bundle {
-                let key = (ns.clone(), set.basename.clone());
+                let key = (ns.clone(), set.key());
                 if !touched.insert(key.clone()) {
                     return Err(self.err(path, format!("`{}` in {} is reconciled by two phases of one step (they run in parallel)", set.basename, shown_ns(ns))));
                 }
@@ -249,4 +286,18 @@ fn shown_ns(ns: &str) -> String {
     } else {
         format!("namespace {ns}")
     }
+}
+
+/// The type of a template as CL2's `RawToObjects` reads it (every `{{ … }}` on
+/// a line removed): its top-level `apiVersion` and `kind` lines only, since
+/// both branches of an `if` are left in (a `containers:` twice, say).
+fn strip_actions(text: &str) -> String {
+    text.lines()
+        .map(|l| match (l.find("{{"), l.rfind("}}")) {
+            (Some(a), Some(b)) if b > a => format!("{}{}", &l[..a], &l[b + 2..]),
+            _ => l.to_string(),
+        })
+        .filter(|l| l.starts_with("apiVersion:") || l.starts_with("kind:"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

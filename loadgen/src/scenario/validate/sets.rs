@@ -1,12 +1,72 @@
 //! Tuning sets and measurements, checked.
+//!
+//! Measurements: loadgen's own (APIResponsiveness, ResourceUsage,
+//! WatchLatency) read typed params, an unknown one refused in loadgen's
+//! format; ClusterLoader2's are read by CL2's exact names, and a param loadgen
+//! does not read is never an error (CL2 ignores them too). A method loadgen
+//! does not implement is accepted as [`Method::Skipped`].
 
 use std::time::Duration;
 
-use super::{Action, Checker, MeasurementAction, Method, Thresholds};
+use serde_json::{Map, Value};
+
+use super::{Action, Checker, Cl2Params, Dialect, MeasurementAction, Method, Thresholds};
 use crate::ops::Resource;
-use crate::scenario::file::{self, DurationText, MeasurementFile};
-use crate::scenario::tuning::{LoadShape, TuningSet};
+use crate::scenario::file::{self, DurationText, MeasurementFile, MeasurementParamsFile};
+use crate::scenario::tuning::{LoadShape, SharedBucket, TuningSet};
 use crate::scenario::ScenarioError;
+
+/// The params each implemented CL2 method reads (the rest are ignored, and named).
+fn reads(method: Method) -> &'static [&'static str] {
+    match method {
+        Method::ApiResponsiveness => &[
+            "action",
+            "summaryName",
+            "enableViolations",
+            "allowedSlowCalls",
+            "useSimpleLatencyQuery",
+            "thresholds",
+        ],
+        Method::ResourceUsage => &["action", "urls", "interval"],
+        Method::WatchLatency => &["action", "resource", "count", "thresholds"],
+        Method::WaitForControlledPodsRunning => &[
+            "action",
+            "apiVersion",
+            "kind",
+            "labelSelector",
+            "operationTimeout",
+        ],
+        Method::WaitForRunningPods => &[
+            "action",
+            "desiredPodCount",
+            "labelSelector",
+            "namespace",
+            "timeout",
+        ],
+        Method::PodStartupLatency => &["action", "labelSelector", "threshold"],
+        Method::SchedulingThroughput => &["action", "labelSelector"],
+        Method::Sleep => &["action", "duration"],
+        Method::Skipped => &[],
+    }
+}
+
+/// A method as written → what loadgen runs.
+fn method_of(written: &str) -> Method {
+    let lower = written.to_ascii_lowercase();
+    match lower.as_str() {
+        l if l.starts_with("apiresponsiveness") => Method::ApiResponsiveness,
+        // CL2's ResourceUsageSummary measures system pods through the kubelets;
+        // loadgen's ResourceUsage the servers' own /metrics.
+        "resourceusage" => Method::ResourceUsage,
+        "watchlatency" => Method::WatchLatency,
+        "waitforcontrolledpodsrunning" => Method::WaitForControlledPodsRunning,
+        "waitforrunningpods" => Method::WaitForRunningPods,
+        "podstartuplatency" => Method::PodStartupLatency,
+        "schedulingthroughput" => Method::SchedulingThroughput,
+        "sleep" => Method::Sleep,
+        _ => Method::Skipped,
+    }
+}
 
 impl Checker<'_> {
     pub(super) fn tuning_set(
@@ -46,13 +106,54 @@ impl Checker<'_> {
             });
         }
         if let Some(q) = &t.poisson_load {
+            let p = format!("{path}.poissonLoad");
+            let rate = match (q.average_qps, q.expected_actions_per_second) {
+                (Some(r), None) | (None, Some(r)) => r,
+                _ => {
+                    return Err(self.err(
+                        &p,
+                        "needs one of averageQps or expectedActionsPerSecond (CL2's name)",
+                    ))
+                }
+            };
             shapes.push(LoadShape::Poisson {
-                average_qps: positive(&format!("{path}.poissonLoad.averageQps"), q.average_qps)?,
+                average_qps: positive(&p, rate)?,
+            });
+        }
+        if let Some(l) = &t.time_limited_load {
+            shapes.push(LoadShape::TimeLimited {
+                time_limit: self
+                    .duration(&format!("{path}.timeLimitedLoad.timeLimit"), &l.time_limit)?,
+            });
+        }
+        if let Some(l) = &t.randomized_time_limited_load {
+            shapes.push(LoadShape::RandomizedTimeLimited {
+                time_limit: self.duration(
+                    &format!("{path}.randomizedTimeLimitedLoad.timeLimit"),
+                    &l.time_limit,
+                )?,
+            });
+        }
+        if let Some(l) = &t.parallelism_limited_load {
+            if l.parallelism_limit == 0 {
+                return Err(self.err(
+                    &format!("{path}.parallelismLimitedLoad.parallelismLimit"),
+                    "must be at least 1",
+                ));
+            }
+            shapes.push(LoadShape::ParallelismLimited {
+                limit: l.parallelism_limit as usize,
+            });
+        }
+        if let Some(g) = &t.global_qps_load {
+            let qps = positive(&format!("{path}.globalQPSLoad.qps"), g.qps)?;
+            shapes.push(LoadShape::GlobalQps {
+                bucket: SharedBucket::new(qps, g.burst.unwrap_or(1)),
             });
         }
         if shapes.len() != 1 {
             return Err(self.err(path, format!(
-                "tuning set `{}` needs exactly one of qpsLoad, randomizedLoad, steppedLoad, poissonLoad (has {})",
+                "tuning set `{}` needs exactly one of qpsLoad, randomizedLoad, steppedLoad, poissonLoad, timeLimitedLoad, randomizedTimeLimitedLoad, parallelismLimitedLoad, globalQPSLoad (has {})",
                 t.name,
                 shapes.len()
             )));
@@ -67,51 +168,135 @@ impl Checker<'_> {
         })
     }
 
-    pub(super) fn measurement(
+    /// One measurement entry: one action, or one per CL2 `instances` entry.
+    pub(super) fn measurements(
         &self,
         path: &str,
         m: &MeasurementFile,
+    ) -> Result<Vec<MeasurementAction>, ScenarioError> {
+        if m.instances.is_empty() {
+            return Ok(vec![self.measurement(
+                path,
+                m,
+                m.identifier.clone().unwrap_or_default(),
+                &m.params,
+            )?]);
+        }
+        m.instances
+            .iter()
+            .enumerate()
+            .map(|(i, inst)| {
+                let mut params = m.params.clone();
+                params.extend(inst.params.clone());
+                self.measurement(
+                    &format!("{path}.instances[{i}]"),
+                    m,
+                    inst.identifier.clone(),
+                    &params,
+                )
+            })
+            .collect()
+    }
+
+    fn measurement(
+        &self,
+        path: &str,
+        m: &MeasurementFile,
+        identifier: String,
+        params: &Map<String, Value>,
     ) -> Result<MeasurementAction, ScenarioError> {
-        let lower = m.method.to_ascii_lowercase();
-        let method = if lower.starts_with("apiresponsiveness") {
-            Method::ApiResponsiveness
-        } else if lower.starts_with("resourceusage") {
-            Method::ResourceUsage
-        } else if lower == "watchlatency" {
-            Method::WatchLatency
-        } else {
-            return Err(self.err(&format!("{path}.method"), format!("unknown measurement `{}` (known: APIResponsiveness, ResourceUsage, WatchLatency)", m.method)));
-        };
-        let action = match (&m.action, &m.params.action) {
-            (Some(a), None) | (None, Some(a)) => a.to_ascii_lowercase(),
+        let method = method_of(&m.method);
+        if method == Method::Skipped && self.dialect == Dialect::Loadgen {
+            return Err(self.err(&format!("{path}.method"), format!("unknown measurement `{}` (known: APIResponsiveness, ResourceUsage, WatchLatency, WaitForControlledPodsRunning, WaitForRunningPods, PodStartupLatency, SchedulingThroughput, Sleep)", m.method)));
+        }
+        let in_params = params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("action"))
+            .map(|(_, v)| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+        let written = match (&m.action, &in_params) {
+            (Some(a), None) | (None, Some(a)) => a.clone(),
             (Some(_), Some(_)) => {
                 return Err(self.err(path, "`action` is given twice (top level and params)"))
             }
-            (None, None) => {
+            (None, None) => String::new(),
+        };
+        let one_shot = matches!(method, Method::Sleep | Method::WaitForRunningPods);
+        let action = match (written.to_ascii_lowercase().as_str(), method) {
+            (_, Method::Skipped) => Action::Run,
+            (_, _) if one_shot => Action::Run,
+            ("start", _) => Action::Start,
+            ("gather" | "stop", _) => Action::Gather,
+            ("", _) => {
                 return Err(self.err(
                     path,
                     "a measurement needs `action: start` or `action: gather`",
                 ))
             }
-        };
-        let action = match action.as_str() {
-            "start" => Action::Start,
-            "gather" | "stop" => Action::Gather,
-            other => {
+            (other, _) => {
                 return Err(self.err(
                     &format!("{path}.action"),
                     format!("unknown action `{other}` (start or gather)"),
                 ))
             }
         };
-        let resource: Resource = m
-            .params
+        // loadgen's own methods in loadgen's format: typed, unknown params refused.
+        let own = matches!(
+            method,
+            Method::ApiResponsiveness | Method::ResourceUsage | Method::WatchLatency
+        );
+        let typed_source: Map<String, Value> = if self.dialect == Dialect::Loadgen {
+            params.clone()
+        } else {
+            params
+                .iter()
+                .filter(|(k, _)| {
+                    ["resource", "count", "urls", "interval", "thresholds"]
+                        .iter()
+                        .any(|f| f.eq_ignore_ascii_case(k))
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        if self.dialect == Dialect::Loadgen && !own {
+            // loadgen's format refuses a typo, in CL2's methods' params too.
+            if let Some(k) = params
+                .keys()
+                .find(|k| !reads(method).iter().any(|r| r == k))
+            {
+                return Err(self.err(
+                    &format!("{path}.params.{k}"),
+                    format!(
+                        "unknown param `{k}` of {} (known: {})",
+                        m.method,
+                        reads(method).join(", ")
+                    ),
+                ));
+            }
+        }
+        let typed: MeasurementParamsFile = if own {
+            let canon = file::canonicalize_params(Value::Object(typed_source));
+            serde_path_to_error::deserialize(canon).map_err(|e| {
+                let inner = e.path().to_string();
+                let at = if inner == "." {
+                    format!("{path}.params")
+                } else {
+                    format!("{path}.params.{inner}")
+                };
+                self.err(&at, e.into_inner().to_string())
+            })?
+        } else {
+            MeasurementParamsFile::default()
+        };
+        let resource: Resource = typed
             .resource
             .as_deref()
             .unwrap_or("pods")
             .parse()
             .map_err(|e: String| self.err(&format!("{path}.params.resource"), e))?;
-        let thresholds = match &m.params.thresholds {
+        let thresholds = match &typed.thresholds {
             None => None,
             Some(t) => {
                 let tp = format!("{path}.params.thresholds");
@@ -133,19 +318,109 @@ impl Checker<'_> {
                 })
             }
         };
+        let cl2 = self.cl2_params(path, method, params)?;
+        let read = reads(method);
+        let ignored_params = if method == Method::Skipped {
+            Vec::new()
+        } else {
+            params
+                .keys()
+                .filter(|k| !read.iter().any(|r| r.eq_ignore_ascii_case(k)))
+                .cloned()
+                .collect()
+        };
         Ok(MeasurementAction {
             method,
             method_as_written: m.method.clone(),
-            identifier: m.identifier.clone().unwrap_or_default(),
+            identifier,
             action,
+            action_as_written: written,
             resource,
-            watches: m.params.count.unwrap_or(1).max(1),
-            urls: m.params.urls.clone(),
-            interval: match &m.params.interval {
+            watches: typed.count.unwrap_or(1).max(1),
+            urls: typed.urls.clone(),
+            interval: match &typed.interval {
                 Some(d) => self.duration(&format!("{path}.params.interval"), d)?,
                 None => Duration::from_secs(5),
             },
             thresholds,
+            cl2,
+            cl2_dialect: self.dialect == Dialect::Cl2,
+            ignored_params,
+        })
+    }
+
+    /// CL2's params that loadgen reads for `method`, by CL2's exact names.
+    fn cl2_params(
+        &self,
+        path: &str,
+        method: Method,
+        p: &Map<String, Value>,
+    ) -> Result<Cl2Params, ScenarioError> {
+        let at = |k: &str| format!("{path}.params.{k}");
+        let string = |k: &str| -> Result<Option<String>, ScenarioError> {
+            match p.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(self.err(&at(k), format!("expected a string, not {other}"))),
+            }
+        };
+        let boolean = |k: &str| -> Result<Option<bool>, ScenarioError> {
+            match p.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Bool(b)) => Ok(Some(*b)),
+                Some(Value::String(s)) => s
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| self.err(&at(k), format!("expected true or false, not {s:?}"))),
+                Some(other) => Err(self.err(&at(k), format!("expected a bool, not {other}"))),
+            }
+        };
+        let count = |k: &str| -> Result<Option<u64>, ScenarioError> {
+            match p.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
+                    self.err(&at(k), format!("expected a non-negative integer, not {n}"))
+                }),
+                Some(Value::String(s)) => s.trim().parse().map(Some).map_err(|_| {
+                    self.err(
+                        &at(k),
+                        format!("expected a non-negative integer, not {s:?}"),
+                    )
+                }),
+                Some(other) => Err(self.err(&at(k), format!("expected an integer, not {other}"))),
+            }
+        };
+        let duration = |k: &str| -> Result<Option<Duration>, ScenarioError> {
+            match p.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => self
+                    .duration(&at(k), &DurationText::Text(s.clone()))
+                    .map(Some),
+                Some(Value::Number(n)) => self
+                    .duration(&at(k), &DurationText::Seconds(n.as_f64().unwrap_or(-1.0)))
+                    .map(Some),
+                Some(other) => Err(self.err(&at(k), format!("expected a duration, not {other}"))),
+            }
+        };
+        if method == Method::Skipped {
+            return Ok(Cl2Params::default());
+        }
+        Ok(Cl2Params {
+            summary_name: string("summaryName")?,
+            enable_violations: boolean("enableViolations")?,
+            allowed_slow_calls: count("allowedSlowCalls")?.unwrap_or(0),
+            use_simple_latency_query: boolean("useSimpleLatencyQuery")?.unwrap_or(false),
+            label_selector: string("labelSelector")?,
+            api_version: string("apiVersion")?,
+            kind: string("kind")?,
+            timeout: match method {
+                Method::WaitForControlledPodsRunning => duration("operationTimeout")?,
+                _ => duration("timeout")?,
+            },
+            desired_pod_count: count("desiredPodCount")?,
+            namespace: string("namespace")?,
+            threshold: duration("threshold")?,
+            duration: duration("duration")?,
         })
     }
 }

@@ -2,18 +2,22 @@
 //! so CL2 test configs and object templates render unchanged: arithmetic on
 //! ints and floats (numbers or numeric strings, as CL2's `toFloat64`),
 //! `DefaultParam`, `IfThenElse`, `Seq`/`SliceOfZeros`/`Loop`, `StringSplit`,
-//! `Lowercase`, `Ceil`, `Mod`, `RandInt`, `RandIntRange`, `RandData`,
-//! `YamlQuote`, `ExpandEnv`, `IncludeFile` and `IncludeEmbedFile` (also
+//! `Lowercase`, `Concat`, `Ceil`, `Mod`, `RandInt`, `RandIntRange`, `RandData`,
+//! `RandDataWithSeed`, `YamlQuote`, `ExpandEnv`, `IncludeFile` and `IncludeEmbedFile` (also
 //! spelled `IncludeEmbeddedFile`).
 //!
 //! Differences: both include helpers read relative paths from the config's
 //! directory ([`Env::include_dir`]); CL2's `IncludeFile` reads them relative to
 //! its binary, which has no meaning for loadgen. A float that is a whole
 //! number prints without a fraction (`MultiplyFloat 2 1.5` → `3`), where Go
-//! would print large ones in exponent form.
+//! would print large ones in exponent form. `RandDataWithSeed` gives the same
+//! string for the same seed, as CL2's does, but not CL2's bytes (its generator
+//! is Go's `math/rand`).
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use super::funcs::{Env, Func};
 
@@ -94,14 +98,31 @@ pub fn all() -> &'static [(&'static str, Func)] {
             }))
         }),
         ("RandData", |_, a| {
-            const ALPHABET: &[u8] =
-                b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
             let n = size(&a)?;
-            let mut rng = rand::rng();
-            let s: String = (0..n)
-                .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
-                .collect();
-            Ok(Value::String(s))
+            Ok(Value::String(rand_string(&mut rand::rng(), n)))
+        }),
+        ("RandDataWithSeed", |_, a| match a.as_slice() {
+            [n, Value::String(seed)] => {
+                let n = size(std::slice::from_ref(n))?;
+                // The same seed gives the same data (CL2's promise); the
+                // generator is ours, so the bytes differ from CL2's.
+                let digest = Sha256::digest(seed.as_bytes());
+                let mut first = [0u8; 8];
+                first.copy_from_slice(&digest[..8]);
+                let mut rng = StdRng::seed_from_u64(u64::from_be_bytes(first));
+                Ok(Value::String(rand_string(&mut rng, n)))
+            }
+            _ => Err("RandDataWithSeed: want a length and a string seed".into()),
+        }),
+        ("Concat", |_, a| {
+            let mut out = String::new();
+            for v in &a {
+                match v {
+                    Value::String(s) => out.push_str(s),
+                    other => return Err(format!("Concat: {other} is not a string")),
+                }
+            }
+            Ok(Value::String(out))
         }),
         ("YamlQuote", |_, a| match a.as_slice() {
             [Value::String(s), tabs] => {
@@ -189,6 +210,14 @@ fn size(a: &[Value]) -> Result<usize, String> {
         return Err(format!("size {n} is outside 0..=1000000"));
     }
     Ok(n as usize)
+}
+
+/// `n` characters of CL2's alphabet (digits and ASCII letters).
+fn rand_string(rng: &mut impl Rng, n: usize) -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    (0..n)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
 }
 
 fn zeros(a: &[Value]) -> Result<Value, String> {
@@ -297,6 +326,23 @@ mod tests {
             render("{{range StringSplit \"x,y\"}}[{{.}}]{{end}}", d),
             "[x][y]"
         );
+    }
+
+    #[test]
+    fn concat_and_seeded_data() {
+        let d = json!({"R": "registry.k8s.io"});
+        assert_eq!(
+            render("{{Concat .R \"/pause:3.9\"}}", d.clone()),
+            "registry.k8s.io/pause:3.9"
+        );
+        let a = render("{{RandDataWithSeed 16 \"x\"}}", d.clone());
+        let b = render("{{RandDataWithSeed 16 \"x\"}}", d.clone());
+        let c = render("{{RandDataWithSeed 16 \"y\"}}", d.clone());
+        assert_eq!(a.len(), 16);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()), "{a}");
+        assert_eq!(a, b, "one seed, one string");
+        assert_ne!(a, c, "another seed, another string");
+        assert_eq!(render("{{RandDataWithSeed 0 \"x\"}}", d), "");
     }
 
     #[test]
