@@ -27,19 +27,30 @@ use serde_json::Value;
 
 /// One `#[test]` per Kubernetes version for each `fn NAME(version: KubeVersion) ->
 /// anyhow::Result<()>` named, in modules `v1_20` and `current` of the module it is used in.
-/// `ignore_v1_20 = "why";` first: the 1.20 ones are `#[ignore]`d (run them with `--run-ignored`).
+/// `ignore_current = "why";` first: the current release's are `#[ignore]`d (run them with
+/// `--run-ignored`).
 macro_rules! per_version {
-    (ignore_v1_20 = $why:literal; $($name:ident),+ $(,)?) => {
-        mod v1_20 {
+    (ignore_current = $why:literal; $($name:ident),+ $(,)?) => {
+        per_version!(@v1_20 $($name),+);
+        mod current {
             $(
                 #[test]
                 #[ignore = $why]
+                fn $name() -> anyhow::Result<()> {
+                    super::$name(tests::KubeVersion::Current)
+                }
+            )+
+        }
+    };
+    (@v1_20 $($name:ident),+) => {
+        mod v1_20 {
+            $(
+                #[test]
                 fn $name() -> anyhow::Result<()> {
                     super::$name(tests::KubeVersion::V1_20)
                 }
             )+
         }
-        per_version!(@current $($name),+);
     };
     (@current $($name:ident),+) => {
         mod current {
@@ -52,14 +63,7 @@ macro_rules! per_version {
         }
     };
     ($($name:ident),+ $(,)?) => {
-        mod v1_20 {
-            $(
-                #[test]
-                fn $name() -> anyhow::Result<()> {
-                    super::$name(tests::KubeVersion::V1_20)
-                }
-            )+
-        }
+        per_version!(@v1_20 $($name),+);
         per_version!(@current $($name),+);
     };
 }
