@@ -752,6 +752,9 @@ mod tests {
                 reason: "forbidden",
             })
             .inc();
+        m.budget_decisions
+            .get_or_create(&ReasonLabel { reason: "clear" })
+            .inc();
         // With the shared etcd-read budget on, its metrics too (one view gives each a sample).
         let shared = crate::budget::shared::metrics::SharedMetrics::register(&mut registry);
         shared.update(&crate::budget::shared::coordination::SharedView::sample());
