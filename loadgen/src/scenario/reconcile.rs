@@ -26,6 +26,10 @@ use crate::ops::{unix_nanos, Planned, Resource, MANAGED_BY, WRITTEN_AT};
 use crate::send::{self, SendOptions};
 use crate::target::ApiClient;
 
+/// The DeleteOptions CL2 sends with every object it deletes.
+const BACKGROUND_DELETE: &str =
+    r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"}"#;
+
 /// Label naming the scenario on every object it creates.
 pub const SCENARIO_LABEL: &str = "loadgen.tollgate.dev/scenario";
 
@@ -385,11 +389,16 @@ async fn one(
                 },
             )
         }
+        // As CL2's DeleteObject: the object with its dependants (a Job's pods, a Deployment's
+        // ReplicaSets), which batch/v1 Jobs and ReplicationControllers would otherwise orphan.
         Op::Delete => (
             Planned {
                 method: Method::DELETE,
                 path: r.object_path(ns, &name),
-                body: None,
+                body: Some((
+                    "application/json",
+                    Bytes::from_static(BACKGROUND_DELETE.as_bytes()),
+                )),
             },
             CallKey {
                 verb: "DELETE".into(),

@@ -279,10 +279,10 @@ fn the_small_overrides_scale_density_and_load_down_through_cl2s_mechanism() -> a
 }
 
 // The two runs below need the simulator to run what the configs create (Deployments
-// → ReplicaSets → Pods, StatefulSets, DaemonSets, Jobs: issue 35's item 3); without
-// it their WaitForControlledPodsRunning gathers wait out CL2's operationTimeout.
+// → ReplicaSets → Pods, StatefulSets, DaemonSets, Jobs: its workload controllers, on with
+// `--kubelet`); without them their WaitForControlledPodsRunning gathers would wait out CL2's
+// operationTimeout.
 #[test]
-#[ignore = "needs the simulator's workload controllers (issue 35 item 3); run with --ignored once they are in"]
 fn density_runs_unchanged_on_the_simulator_and_writes_cl2s_files() -> anyhow::Result<()> {
     let (files, summary) = run_small("density/config.yaml", "density.yaml", "2")?;
     let skipped = summary["skipped"].to_string();
@@ -338,7 +338,6 @@ fn density_runs_unchanged_on_the_simulator_and_writes_cl2s_files() -> anyhow::Re
 }
 
 #[test]
-#[ignore = "needs the simulator's workload controllers (issue 35 item 3); run with --ignored once they are in"]
 fn load_runs_unchanged_on_the_simulator_and_writes_cl2s_files() -> anyhow::Result<()> {
     let (files, summary) = run_small("load/config.yaml", "load.yaml", "2")?;
     let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
