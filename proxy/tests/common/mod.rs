@@ -510,10 +510,11 @@ async fn upstream_route(
         let gzip = query_param(&req, "gzip").is_some();
         // A real apiserver decodes a write's whole body before it answers: a client body
         // that breaks off then fails the exchange, never after an answer (issue 34's 400).
-        if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
-            if req.into_body().collect().await.is_err() {
-                return Response::new(ok(Bytes::new()));
-            }
+        if req.method() != hyper::Method::GET
+            && req.method() != hyper::Method::HEAD
+            && req.into_body().collect().await.is_err()
+        {
+            return Response::new(ok(Bytes::new()));
         }
         let mut resp = Response::builder().header("content-type", "application/json");
         if gzip {
