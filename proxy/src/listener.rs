@@ -430,13 +430,19 @@ mod tests {
         assert_eq!(b.failed(), BACKOFF_FIRST);
     }
 
-    #[tokio::test]
-    async fn a_listener_past_its_cap_closes_new_connections_and_counts_them() {
+    /// A listener on an ephemeral loopback port, with metrics of its own.
+    async fn on_loopback(name: &'static str) -> (Metrics, Listener, SocketAddr) {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Metrics::register(&mut registry);
         let tcp = TcpListener::bind("127.0.0.1:0").await.expect("binds");
         let addr = tcp.local_addr().expect("addr");
-        let mut listener = Listener::new(tcp, "client", &metrics);
+        let listener = Listener::new(tcp, name, &metrics);
+        (metrics, listener, addr)
+    }
+
+    #[tokio::test]
+    async fn a_listener_past_its_cap_closes_new_connections_and_counts_them() {
+        let (metrics, mut listener, addr) = on_loopback("client").await;
         let stop = CancellationToken::new();
         let label = ListenerLabel { listener: "client" };
         let _a = TcpStream::connect(addr).await.expect("connects");
@@ -475,11 +481,7 @@ mod tests {
     /// locked out every other address.
     #[tokio::test]
     async fn one_address_at_its_cap_does_not_lock_out_another() {
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = Metrics::register(&mut registry);
-        let tcp = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-        let addr = tcp.local_addr().expect("addr");
-        let mut listener = Listener::new(tcp, "client", &metrics);
+        let (metrics, mut listener, addr) = on_loopback("client").await;
         let stop = CancellationToken::new();
         let caps = || Caps {
             total: 50,
@@ -526,11 +528,7 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_cap_the_reserve_is_marked() {
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = Metrics::register(&mut registry);
-        let tcp = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-        let addr = tcp.local_addr().expect("addr");
-        let mut listener = Listener::new(tcp, "admin", &metrics);
+        let (metrics, mut listener, addr) = on_loopback("admin").await;
         let stop = CancellationToken::new();
         let caps = || Caps {
             total: 2,
