@@ -8,7 +8,6 @@
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -33,14 +32,7 @@ async fn with_front_proxy(
 ) -> Setup {
     tollgate::install_crypto_provider();
     let pki = Pki::new();
-    let (up_cert, up_key) = pki.leaf(&pki.serving_ca, "upstream", "apiserver", None, true);
-    let front_ca = pki.write("front-ca.crt", &pki.front_ca.pem);
-    let up_tls = tollgate::tls::server_config(
-        tollgate::tls::load_identity(&up_cert, &up_key).unwrap(),
-        Some(&tollgate::tls::ClientCertAuthority::load(&front_ca).unwrap()),
-    )
-    .unwrap();
-    let up = Upstream::start(Some(Arc::new(up_tls))).await;
+    let up = front_proxy_upstream(&pki, None).await;
     *up.auth.data.lock().unwrap() = publish;
     let (tg_cert, tg_key) = pki.leaf(&pki.serving_ca, "tollgate", "tollgate", None, true);
     let (fp_cert, fp_key) = pki.leaf(&pki.front_ca, "fp", "front-proxy-client", None, false);

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,15 +29,7 @@ async fn setup_with(
 ) -> Setup {
     tollgate::install_crypto_provider();
     let pki = Pki::new();
-    // The upstream: served by the serving CA, accepts front-proxy client certs.
-    let (up_cert, up_key) = pki.leaf(&pki.serving_ca, "upstream", "apiserver", None, true);
-    let front_ca = pki.write("front-ca.crt", &pki.front_ca.pem);
-    let up_tls = tollgate::tls::server_config(
-        tollgate::tls::load_identity(&up_cert, &up_key).unwrap(),
-        Some(&tollgate::tls::ClientCertAuthority::load(&front_ca).unwrap()),
-    )
-    .unwrap();
-    let up = Upstream::start_with(Some(Arc::new(up_tls)), max_streams).await;
+    let up = front_proxy_upstream(&pki, max_streams).await;
 
     let (tg_cert, tg_key) = pki.leaf(&pki.serving_ca, "tollgate", "tollgate", None, true);
     let (fp_cert, fp_key) = pki.leaf(

@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use common::*;
 use http::{Request, StatusCode};
@@ -23,14 +21,7 @@ struct Setup {
 async fn setup() -> Setup {
     tollgate::install_crypto_provider();
     let pki = Pki::new();
-    let (up_cert, up_key) = pki.leaf(&pki.serving_ca, "upstream", "apiserver", None, true);
-    let front_ca = pki.write("front-ca.crt", &pki.front_ca.pem);
-    let up_tls = tollgate::tls::server_config(
-        tollgate::tls::load_identity(&up_cert, &up_key).unwrap(),
-        Some(&tollgate::tls::ClientCertAuthority::load(&front_ca).unwrap()),
-    )
-    .unwrap();
-    let up = Upstream::start(Some(Arc::new(up_tls))).await;
+    let up = front_proxy_upstream(&pki, None).await;
 
     let (tg_cert, tg_key) = pki.leaf(&pki.serving_ca, "tollgate", "tollgate", None, true);
     let (fp_cert, fp_key) = pki.leaf(

@@ -526,6 +526,19 @@ async fn upstream_route(
     Response::new(ok(Bytes::from_static(b"ok")))
 }
 
+/// A TLS upstream as kube-apiserver with `--requestheader-client-ca-file`: served by the
+/// serving CA, it accepts client certificates of the front-proxy CA.
+pub async fn front_proxy_upstream(pki: &Pki, max_streams: Option<u32>) -> Upstream {
+    let (up_cert, up_key) = pki.leaf(&pki.serving_ca, "upstream", "apiserver", None, true);
+    let front_ca = pki.write("front-ca.crt", &pki.front_ca.pem);
+    let up_tls = tollgate::tls::server_config(
+        tollgate::tls::load_identity(&up_cert, &up_key).unwrap(),
+        Some(&tollgate::tls::ClientCertAuthority::load(&front_ca).unwrap()),
+    )
+    .unwrap();
+    Upstream::start_with(Some(Arc::new(up_tls)), max_streams).await
+}
+
 // === tollgate ===
 
 pub struct Running {
