@@ -11,8 +11,40 @@ set -euo pipefail
 
 need_pkgs=()
 command -v protoc >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)
-# protoc's includes: etcd-client's .proto files import google/protobuf/descriptor.proto.
-[ -f /usr/include/google/protobuf/descriptor.proto ] || need_pkgs+=(libprotobuf-dev)
+# protoc's includes: etcd-client's .proto files import google/protobuf/descriptor.proto, which
+# protoc finds in PROTOC_INCLUDE (prost-build's variable) or beside itself (../include), else in
+# /usr/include (Debian's libprotobuf-dev) or /usr/local/include. A protoc without them fails
+# the build late and obscurely, so it is said here.
+protoc_includes() {
+  if [ -n "${PROTOC_INCLUDE:-}" ]; then
+    echo "$PROTOC_INCLUDE"
+    return
+  fi
+  local bin
+  if bin=$(command -v protoc 2>/dev/null); then
+    echo "$(dirname "$bin")/../include"
+  fi
+  echo /usr/include
+  echo /usr/local/include
+}
+protoc_has_includes() {
+  local dir
+  while read -r dir; do
+    [ -f "$dir/google/protobuf/descriptor.proto" ] && return 0
+  done < <(protoc_includes)
+  return 1
+}
+no_protoc_includes() {
+  echo "missing: google/protobuf/descriptor.proto: protoc is $(command -v protoc || echo absent) but its" >&2
+  echo "  includes are not in $(protoc_includes | paste -sd' ' -) (etcd-client's build imports it)." >&2
+  echo "  Install libprotobuf-dev, or set PROTOC_INCLUDE to the directory that holds google/protobuf." >&2
+  exit 1
+}
+if ! protoc_has_includes; then
+  # An explicit PROTOC_INCLUDE that lacks them is an error, not a reason to install packages.
+  [ -n "${PROTOC_INCLUDE:-}" ] && no_protoc_includes
+  need_pkgs+=(libprotobuf-dev)
+fi
 # tollgate's allocator (tikv-jemalloc-sys) builds jemalloc's C sources with make.
 command -v make >/dev/null 2>&1 || need_pkgs+=(make)
 if [ "${1:-}" = "--tests" ]; then
@@ -41,6 +73,8 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
+# The packages did not bring protoc's includes where protoc looks (a protoc of its own, say).
+protoc_has_includes || no_protoc_includes
 
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   echo "installing cargo-nextest…" >&2
