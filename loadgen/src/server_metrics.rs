@@ -117,7 +117,8 @@ impl Scraper {
         })
     }
 
-    async fn scrape(&self) -> Option<String> {
+    /// One scrape's text; `None` when it failed (said as a scrape error by callers).
+    pub async fn scrape(&self) -> Option<String> {
         let req = self
             .client
             .request(http::Method::GET, &self.path, None)

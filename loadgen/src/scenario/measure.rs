@@ -8,6 +8,8 @@
 //!   Calls are counted by phase: a phase that ran in a step between start and
 //!   gather is counted whole.
 //! - `ResourceUsage`: the servers' CPU and memory from their `/metrics`.
+//! - CL2's `ResourceUsageSummary` and `TestMetrics` (its parts measurable
+//!   from outside): see [`super::resource_usage`].
 //! - `WatchLatency`: how long the objects the scenario wrote took to reach a
 //!   watcher (loadgen stamps each write; see [`crate::watch`]).
 
@@ -24,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::pods::{
     latency_perfdata, wait_controlled, ControlledOutcome, ControlledSpec, Controller, PodTracker,
 };
+use super::resource_usage::{self, Sampled};
 use super::validate::{Cl2Params, MeasurementAction, Method, Thresholds};
 use crate::record::{new_histogram, OpRecorder, Outcome};
 use crate::report::{Percentiles, Report};
@@ -241,6 +244,14 @@ pub struct MeasurementResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<serde_json::Value>,
     pub slos: Vec<SloCheck>,
+    /// ResourceUsageSummary and TestMetrics: the `/metrics` sampled (URL,
+    /// component, scrapes and scrape errors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<serde_json::Value>,
+    /// The parts of this measurement loadgen skipped, each with why
+    /// (TestMetrics' parts that cannot be measured from outside).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
     /// The files ClusterLoader2 writes for this measurement: each its summary
     /// name (`{name}_{test}_{time}.json`, perfdash's prefix) and content.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -283,6 +294,12 @@ enum ActiveKind {
         stats: Arc<WatchStats>,
         resource: String,
         watchers: u64,
+    },
+    /// ResourceUsageSummary (and TestMetrics'): the servers' /metrics, sampled.
+    UsageSummary {
+        stop: CancellationToken,
+        tasks: Vec<JoinHandle<Sampled>>,
+        test_metrics: bool,
     },
     /// PodStartupLatency and SchedulingThroughput: a watch of the pods.
     Pods(PodTracker),
@@ -416,6 +433,7 @@ impl Active {
                 previous: Vec::new(),
                 gathers: Vec::new(),
             },
+            Method::ResourceUsageSummary | Method::TestMetrics => usage_summary(m, ctx)?,
             Method::WaitForRunningPods | Method::Sleep | Method::Skipped => {
                 return Err(format!("{} has no start", m.method_as_written))
             }
@@ -465,6 +483,9 @@ impl Active {
             c.enable_violations = g.enable_violations.or(c.enable_violations);
             c.allowed_slow_calls = c.allowed_slow_calls.max(g.allowed_slow_calls);
             c.threshold = g.threshold.or(c.threshold);
+            if g.resource_constraints.is_some() {
+                c.resource_constraints = g.resource_constraints.clone();
+            }
             if g.summary_name.is_some() {
                 c.summary_name = g.summary_name.clone();
                 self.summary_name = summary_name(m);
@@ -485,6 +506,8 @@ impl Active {
             server_metrics: Vec::new(),
             watch: None,
             pods: None,
+            sources: None,
+            skipped: Vec::new(),
             slos: Vec::new(),
             summaries: Vec::new(),
         };
@@ -588,6 +611,25 @@ impl Active {
                     latency_ms: latency,
                 });
             }
+            ActiveKind::UsageSummary {
+                stop,
+                tasks,
+                test_metrics,
+            } => {
+                stop.cancel();
+                let mut sampled = Vec::new();
+                for t in tasks {
+                    if let Ok(s) = t.await {
+                        sampled.push(s);
+                    }
+                }
+                gather_usage(
+                    &mut result,
+                    &sampled,
+                    test_metrics,
+                    self.cl2.resource_constraints.as_ref(),
+                );
+            }
             ActiveKind::Pods(tracker) => {
                 let seen = tracker.stop().await;
                 if self.method == Method::SchedulingThroughput {
@@ -681,6 +723,111 @@ impl Active {
     }
 }
 
+/// ResourceUsageSummary's file, its constraints checked (a miss fails the
+/// run, as CL2's violation error does), and for TestMetrics EtcdMetrics'
+/// file and the parts skipped.
+fn gather_usage(
+    result: &mut MeasurementResult,
+    sampled: &[Sampled],
+    test_metrics: bool,
+    constraints: Option<&BTreeMap<String, resource_usage::Constraint>>,
+) {
+    let content = resource_usage::summary(sampled);
+    if let Some(c) = constraints {
+        for check in resource_usage::constraint_checks(&content, c) {
+            result.slos.push(SloCheck {
+                measurement: format!("{}/{}", result.method, result.identifier),
+                subject: check.subject,
+                threshold: check.limit,
+                observed: check.used,
+                unit: check.unit.into(),
+                met: check.met,
+                enforced: true,
+            });
+        }
+    }
+    result.sources = Some(serde_json::Value::Array(
+        sampled
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "url": s.url,
+                    "name": s.name(),
+                    "scrapes": s.scrapes,
+                    "scrape_errors": s.scrape_errors,
+                })
+            })
+            .collect(),
+    ));
+    if sampled.iter().all(|s| s.scrapes == 0) {
+        tracing::warn!(identifier = %result.identifier, "{}: no /metrics could be scraped: its ResourceUsageSummary is empty", result.method);
+    }
+    result.summaries.push(Cl2Summary {
+        name: "ResourceUsageSummary".into(),
+        content,
+    });
+    if !test_metrics {
+        return;
+    }
+    match resource_usage::etcd_metrics(sampled) {
+        Some(etcd) => result.summaries.push(Cl2Summary {
+            name: "EtcdMetrics".into(),
+            content: etcd,
+        }),
+        None => result.skipped.push(
+            "EtcdMetrics (no etcd /metrics among the scraped URLs; name it with --server-metrics)"
+                .into(),
+        ),
+    }
+    for (part, why) in resource_usage::TEST_METRICS_SKIPPED {
+        result.skipped.push(format!("{part} ({why})"));
+    }
+    for s in &result.skipped {
+        tracing::warn!(identifier = %result.identifier, "TestMetrics: skipped {s}");
+    }
+}
+
+/// Starts sampling the `/metrics` of `params.urls`, else `--server-metrics`,
+/// else the target's own (the server loadgen loads: kube-apiserver, or
+/// tollgate in front of it), every CL2 control-plane period.
+fn usage_summary(m: &MeasurementAction, ctx: &MeasureCtx<'_>) -> Result<ActiveKind, String> {
+    let urls: Vec<String> = if !m.urls.is_empty() {
+        m.urls.clone()
+    } else if !ctx.server_metrics.is_empty() {
+        ctx.server_metrics.to_vec()
+    } else {
+        vec![format!(
+            "{}/metrics",
+            ctx.target.server.to_string().trim_end_matches('/')
+        )]
+    };
+    if !m.ignored_params.is_empty() {
+        tracing::warn!(
+            identifier = %m.identifier,
+            "{}: params not used (loadgen reads the servers' /metrics, not kubelets or system pods): {}",
+            m.method_as_written,
+            m.ignored_params.join(", ")
+        );
+    }
+    let stop = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for url in urls {
+        let s = Scraper::new(ctx.target_options, &url, &ctx.target.credentials)
+            .map_err(|e| format!("{url}: {e}"))?;
+        tasks.push(tokio::spawn(resource_usage::sample(
+            s,
+            url,
+            resource_usage::INTERVAL,
+            stop.clone(),
+        )));
+    }
+    Ok(ActiveKind::UsageSummary {
+        stop,
+        tasks,
+        test_metrics: m.method == Method::TestMetrics,
+    })
+}
+
 /// The perfdash file prefix of `m`: its `summaryName`, else the name CL2
 /// gives the method's summary (PodStartupLatency's carries the identifier;
 /// CL2 has no `APIResponsivenessPrometheusSimple` method, only the identifier).
@@ -742,6 +889,8 @@ pub fn method_name(m: Method) -> &'static str {
         Method::WaitForRunningPods => "WaitForRunningPods",
         Method::PodStartupLatency => "PodStartupLatency",
         Method::SchedulingThroughput => "SchedulingThroughput",
+        Method::ResourceUsageSummary => "ResourceUsageSummary",
+        Method::TestMetrics => "TestMetrics",
         Method::Sleep => "Sleep",
         Method::Skipped => "Skipped",
     }

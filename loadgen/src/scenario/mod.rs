@@ -16,6 +16,8 @@
 //! - [`output`]: `summary.json`, `perfdata.json` per step and for the run; the end table.
 //! - `etcd_phase`: an `etcd:` phase through [`crate::etcd`].
 //! - [`cluster_size`]: `.Nodes` of ClusterLoader2 configs, counted on the cluster.
+//! - [`resource_usage`]: CL2's ResourceUsageSummary and TestMetrics' outside parts,
+//!   from the servers' `/metrics`.
 //! - [`pods`]: CL2's pod measurements (PodStartupLatency, SchedulingThroughput,
 //!   WaitForControlledPodsRunning, WaitForRunningPods), seen through a watch.
 
@@ -27,6 +29,7 @@ pub mod namespaces;
 pub mod output;
 pub mod pods;
 pub mod reconcile;
+pub mod resource_usage;
 pub mod run;
 pub mod template;
 pub mod tuning;

@@ -6,7 +6,9 @@
 //!   conformance list in `loadgen/SCENARIOS.md` gives;
 //! - `density` and `load` run against the simulator at a small scale set only through
 //!   CL2's own mechanism (`--testoverrides` files in `cl2-small/`), and write the files
-//!   ClusterLoader2 writes, under the names perfdash looks for.
+//!   ClusterLoader2 writes, under the names perfdash looks for — TestMetrics' too
+//!   (ResourceUsageSummary, and EtcdMetrics where etcd's /metrics is sampled), its other
+//!   parts listed as skipped.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -187,27 +189,90 @@ fn assert_perfdata(what: &str, v: &Value) {
     }
 }
 
+/// CL2's ResourceUsageSummary (`gatherers.ResourceUsageSummary`, as perfdash's
+/// `parseResourceUsageData` reads it): `{"50"|"90"|"99"|"100": [{"Name", "CPU", "Mem"}]}`,
+/// names `{pod}/{container}`. Returns the containers named.
+fn assert_resource_usage(v: &Value) -> Vec<String> {
+    let m = v.as_object().unwrap_or_else(|| panic!("an object: {v:#}"));
+    let mut keys: Vec<&str> = m.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["100", "50", "90", "99"], "{v:#}");
+    let mut names = Vec::new();
+    for (p, items) in m {
+        let items = items.as_array().unwrap_or_else(|| panic!("{p}: {v:#}"));
+        assert!(!items.is_empty(), "{p}: a process was sampled: {v:#}");
+        for i in items {
+            let name = i["Name"].as_str().unwrap_or_else(|| panic!("Name: {i:#}"));
+            let (_, container) = name.split_once('/').unwrap_or_else(|| panic!("{name}"));
+            assert!(i["CPU"].as_f64().is_some_and(|c| c >= 0.0), "{i:#}");
+            assert!(
+                i["Mem"].as_u64().is_some_and(|m| m > 0),
+                "resident memory: {i:#}"
+            );
+            names.push(container.to_string());
+        }
+    }
+    // Percentiles rise: p50 <= p100 for each process's memory.
+    for (lo, hi) in v["50"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(v["100"].as_array().into_iter().flatten())
+    {
+        assert!(lo["Mem"].as_u64() <= hi["Mem"].as_u64(), "{lo:#} {hi:#}");
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// TestMetrics' parts that cannot be measured from outside are listed as skipped, by name.
+fn assert_test_metrics_parts_skipped(summary: &Value) {
+    let skipped = summary["skipped"].to_string();
+    for part in [
+        "SchedulingMetrics",
+        "MetricsForE2E",
+        "CPUProfile",
+        "SystemPodMetrics",
+        "ClusterOOMsTracker",
+    ] {
+        assert!(
+            skipped.contains(part),
+            "{part} is listed as skipped: {skipped}"
+        );
+    }
+}
+
 /// Runs `config` unchanged with `overrides` against a simulator with kubelets and a
-/// scheduler (`--nodes`), and returns the files it wrote and its summary.
+/// scheduler (`--nodes`), and returns the files it wrote and its summary. With an
+/// `etcd`, the simulator stores in it and loadgen samples both `/metrics`.
 fn run_small(
     config: &str,
     overrides: &str,
     nodes: &str,
+    etcd: Option<&str>,
 ) -> anyhow::Result<(Vec<(String, Value)>, Value)> {
-    let sim = SimProcess::start(&["--kubelet", "--nodes", nodes])?;
+    let mut sim_args = vec!["--kubelet", "--nodes", nodes];
+    if let Some(url) = etcd {
+        sim_args.extend(["--store", "etcd", "--etcd-endpoints", url]);
+    }
+    let sim = SimProcess::start(&sim_args)?;
     let out = tempfile::tempdir()?;
     let o = small_dir().join(overrides);
-    let run = loadgen_run(
-        &sim,
-        &testing_dir().join(config),
-        out.path(),
-        &[
-            "--testoverrides",
-            o.to_str().unwrap_or_default(),
-            "--nodes",
-            nodes,
-        ],
-    )?;
+    let metrics: Vec<String> = etcd
+        .map(|e| vec![format!("{}/metrics", sim.url), format!("{e}/metrics")])
+        .unwrap_or_default();
+    let mut args = vec![
+        "--testoverrides",
+        o.to_str().unwrap_or_default(),
+        "--nodes",
+        nodes,
+    ];
+    if !metrics.is_empty() {
+        args.push("--server-metrics");
+        args.extend(metrics.iter().map(String::as_str));
+    }
+    let run = loadgen_run(&sim, &testing_dir().join(config), out.path(), &args)?;
     let summary = run.passed_summary(config, out.path())?;
     Ok((written(out.path())?, summary))
 }
@@ -269,8 +334,16 @@ fn the_small_overrides_scale_density_and_load_down_through_cl2s_mechanism() -> a
                 "{config}: {m} in {measured:?}"
             );
         }
+        // TestMetrics runs (its ResourceUsageSummary and EtcdMetrics); its other parts are
+        // listed as skipped, by name.
         assert!(
-            s.skipped.iter().any(|x| x.contains("TestMetrics")),
+            measured.iter().any(|x| x == "TestMetrics"),
+            "{config}: {measured:?}"
+        );
+        assert!(
+            s.skipped
+                .iter()
+                .any(|x| x.contains("TestMetrics") && x.contains("SchedulingMetrics")),
             "{config}: {:?}",
             s.skipped
         );
@@ -284,11 +357,51 @@ fn the_small_overrides_scale_density_and_load_down_through_cl2s_mechanism() -> a
 // operationTimeout.
 #[test]
 fn density_runs_unchanged_on_the_simulator_and_writes_cl2s_files() -> anyhow::Result<()> {
-    let (files, summary) = run_small("density/config.yaml", "density.yaml", "2")?;
+    // Stored in a real etcd, whose /metrics loadgen samples with the simulator's.
+    let etcd = bench::sim::etcd_server::EtcdServer::start()?;
+    let (files, summary) = run_small("density/config.yaml", "density.yaml", "2", Some(&etcd.url))?;
     let skipped = summary["skipped"].to_string();
-    for m in ["InClusterNetworkLatency", "DnsLookupLatency", "TestMetrics"] {
+    for m in ["InClusterNetworkLatency", "DnsLookupLatency"] {
         assert!(skipped.contains(m), "{m} is listed as skipped: {skipped}");
     }
+    assert_test_metrics_parts_skipped(&summary);
+    // TestMetrics' ResourceUsageSummary: the simulator's process and etcd's, CL2's shape,
+    // under the name perfdash's DensityResources reads.
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    let usage = perfdash_file(&files, "ResourceUsageSummary", "density")
+        .unwrap_or_else(|| panic!("ResourceUsageSummary_density_<time>.json in {names:?}"));
+    assert_eq!(
+        assert_resource_usage(usage),
+        ["etcd", "tollgate-sim"],
+        "{usage:#}"
+    );
+    // TestMetrics' EtcdMetrics, in CL2's shape: etcd's histograms, cumulative, and the
+    // database size (the run wrote to etcd, so its WAL was fsynced).
+    let etcd_metrics = perfdash_file(&files, "EtcdMetrics", "density")
+        .unwrap_or_else(|| panic!("EtcdMetrics_density_<time>.json in {names:?}"));
+    for k in [
+        "backendCommitDuration",
+        "snapshotSaveTotalDuration",
+        "peerRoundTripTime",
+        "walFsyncDuration",
+    ] {
+        assert!(etcd_metrics[k].is_array(), "{k}: {etcd_metrics:#}");
+    }
+    assert!(
+        etcd_metrics["maxDatabaseSize"]
+            .as_f64()
+            .is_some_and(|s| s > 0.0),
+        "{etcd_metrics:#}"
+    );
+    let wal = &etcd_metrics["walFsyncDuration"][0];
+    assert_eq!(
+        wal["labels"]["__name__"], "etcd_disk_wal_fsync_duration_seconds_bucket",
+        "{etcd_metrics:#}"
+    );
+    assert!(
+        wal["buckets"]["+Inf"].as_i64().is_some_and(|n| n > 0),
+        "{etcd_metrics:#}"
+    );
     let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
     for summary_name in [
         "APIResponsivenessPrometheus",
@@ -339,8 +452,24 @@ fn density_runs_unchanged_on_the_simulator_and_writes_cl2s_files() -> anyhow::Re
 
 #[test]
 fn load_runs_unchanged_on_the_simulator_and_writes_cl2s_files() -> anyhow::Result<()> {
-    let (files, summary) = run_small("load/config.yaml", "load.yaml", "2")?;
+    let (files, summary) = run_small("load/config.yaml", "load.yaml", "2", None)?;
     let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    // TestMetrics' ResourceUsageSummary, of the target's own /metrics (no --server-metrics),
+    // under the name perfdash's LoadResources reads; no etcd sampled, so no EtcdMetrics file,
+    // and that part is said to be skipped.
+    let usage = perfdash_file(&files, "ResourceUsageSummary", "load")
+        .unwrap_or_else(|| panic!("ResourceUsageSummary_load_<time>.json in {names:?}"));
+    assert_eq!(assert_resource_usage(usage), ["tollgate-sim"], "{usage:#}");
+    assert!(
+        perfdash_file(&files, "EtcdMetrics", "load").is_none(),
+        "{names:?}"
+    );
+    assert_test_metrics_parts_skipped(&summary);
+    let skipped = summary["skipped"].to_string();
+    assert!(
+        skipped.contains("gathered in step") && skipped.contains("EtcdMetrics (no etcd /metrics"),
+        "{skipped}"
+    );
     for summary_name in [
         "APIResponsivenessPrometheus",
         "APIResponsivenessPrometheus_simple",

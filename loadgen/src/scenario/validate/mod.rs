@@ -255,6 +255,18 @@ impl Checker<'_> {
                                     m.method_as_written, m.identifier
                                 ));
                             }
+                            if m.method == Method::TestMetrics && m.action == Action::Start {
+                                let parts: Vec<&str> = crate::scenario::resource_usage::TEST_METRICS_SKIPPED
+                                    .iter()
+                                    .map(|(part, _)| *part)
+                                    .collect();
+                                skipped.push(format!(
+                                    "measurement {} `{}` at {path}: its parts {} (not measurable from outside; ResourceUsageSummary and EtcdMetrics run)",
+                                    m.method_as_written,
+                                    m.identifier,
+                                    parts.join(", ")
+                                ));
+                            }
                             ms.push(m);
                         }
                     }
@@ -426,5 +438,104 @@ mod tests {
         assert_eq!(plural("Gateway"), "gateways");
         assert_eq!(plural("Endpoints"), "endpoints");
         assert_eq!(default_basename("Tess.IO lists"), "loadgen-tess-io-lists");
+    }
+
+    const USAGE_CONFIG: &str = r#"name: usage
+namespace:
+  number: 1
+steps:
+- name: start
+  measurements:
+  - Identifier: TestMetrics
+    Method: TestMetrics
+    Params:
+      action: start
+      resourceConstraints: CONSTRAINTS
+      systemPodMetricsEnabled: true
+  - Identifier: Usage
+    Method: ResourceUsageSummary
+    Params:
+      action: start
+      namespace: kube-system
+- name: pause
+  measurements:
+  - Identifier: TestMetrics
+    Method: TestMetrics
+    Params:
+      action: pauseSystemPodMetrics
+- name: gather
+  measurements:
+  - Identifier: TestMetrics
+    Method: TestMetrics
+    Params:
+      action: gather
+  - Identifier: Usage
+    Method: ResourceUsageSummary
+    Params:
+      action: gather
+"#;
+
+    /// TestMetrics and ResourceUsageSummary are measurements of their own (not
+    /// skipped): CL2's actions and params are read, `resourceConstraints` from the
+    /// file beside the config, the params loadgen cannot use named, and TestMetrics'
+    /// parts that cannot be measured from outside listed as skipped.
+    #[test]
+    fn test_metrics_and_resource_usage_summary_are_read_with_cl2s_params() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |constraints: &str| {
+            std::fs::write(
+                dir.path().join("config.yaml"),
+                USAGE_CONFIG.replace("CONSTRAINTS", constraints),
+            )
+            .expect("config");
+        };
+        std::fs::write(
+            dir.path().join("limits.yaml"),
+            "kube-apiserver:\n  cpuConstraint: 2.5\n  memoryConstraint: 1048576\netcd:\n  cpuConstraint: 1\n",
+        )
+        .expect("limits");
+        write("limits.yaml");
+        let opts = LoadOptions {
+            dialect: Some(Dialect::Cl2),
+            nodes: Some(1),
+            ..LoadOptions::default()
+        };
+        let s = load_with(&dir.path().join("config.yaml"), &opts).expect("valid");
+        let ms: Vec<&MeasurementAction> = s
+            .steps
+            .iter()
+            .flat_map(|st| match &st.body {
+                StepBody::Measurements(ms) => ms.iter().collect(),
+                StepBody::Phases(_) => Vec::new(),
+            })
+            .collect();
+        let tm = ms[0];
+        assert_eq!((tm.method, tm.action), (Method::TestMetrics, Action::Start));
+        let c = tm
+            .cl2
+            .resource_constraints
+            .as_ref()
+            .expect("constraints read");
+        assert_eq!(c["kube-apiserver"].cpu_constraint, 2.5);
+        assert_eq!(c["kube-apiserver"].memory_constraint, 1 << 20);
+        assert_eq!(c["etcd"].memory_constraint, 0);
+        assert_eq!(tm.ignored_params, ["systemPodMetricsEnabled"]);
+        assert_eq!(ms[1].method, Method::ResourceUsageSummary);
+        assert_eq!(ms[1].ignored_params, ["namespace"]);
+        assert_eq!(
+            (ms[2].method, ms[2].action),
+            (Method::TestMetrics, Action::Run)
+        );
+        assert_eq!(ms[3].action, Action::Gather);
+        let skipped = s.skipped.join("\n");
+        assert!(skipped.contains("SchedulingMetrics"), "{skipped}");
+        assert!(
+            !skipped.contains("ResourceUsageSummary `Usage`"),
+            "{skipped}"
+        );
+        // A constraints file that cannot be read is refused, naming it.
+        write("absent.yaml");
+        let e = load_with(&dir.path().join("config.yaml"), &opts).expect_err("refused");
+        assert!(e.to_string().contains("absent.yaml"), "{e}");
     }
 }

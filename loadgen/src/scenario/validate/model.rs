@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::ops::Resource;
+pub use crate::scenario::resource_usage::Constraint;
 use crate::scenario::template::ObjectTemplate;
 use crate::scenario::tuning::TuningSet;
 
@@ -100,6 +101,11 @@ pub enum Method {
     PodStartupLatency,
     /// CL2's: pods scheduled per second.
     SchedulingThroughput,
+    /// CL2's: the servers' CPU and memory percentiles, from their `/metrics`.
+    ResourceUsageSummary,
+    /// CL2's bundle: its ResourceUsageSummary and EtcdMetrics parts (the rest
+    /// cannot be measured from outside and is listed as skipped).
+    TestMetrics,
     /// CL2's: waits `duration` (one shot).
     Sleep,
     /// A method loadgen does not implement: accepted with its params, skipped
@@ -167,6 +173,9 @@ pub struct Cl2Params {
     pub threshold: Option<Duration>,
     /// Sleep: how long.
     pub duration: Option<Duration>,
+    /// ResourceUsageSummary and TestMetrics: CL2's `resourceConstraints` file,
+    /// read (container → limits on its 99th percentile).
+    pub resource_constraints: Option<BTreeMap<String, Constraint>>,
 }
 
 /// SLO thresholds (p99 latencies and the 429 share).

@@ -45,6 +45,9 @@ fn reads(method: Method) -> &'static [&'static str] {
         ],
         Method::PodStartupLatency => &["action", "labelSelector", "threshold"],
         Method::SchedulingThroughput => &["action", "labelSelector"],
+        // CL2's `namespace`, `host` (and the provider, from its flags) choose
+        // the kubelets it reads; loadgen reads /metrics: they are named as not read.
+        Method::ResourceUsageSummary | Method::TestMetrics => &["action", "resourceConstraints"],
         Method::Sleep => &["action", "duration"],
         Method::Skipped => &[],
     }
@@ -55,9 +58,12 @@ fn method_of(written: &str) -> Method {
     let lower = written.to_ascii_lowercase();
     match lower.as_str() {
         l if l.starts_with("apiresponsiveness") => Method::ApiResponsiveness,
-        // CL2's ResourceUsageSummary measures system pods through the kubelets;
-        // loadgen's ResourceUsage the servers' own /metrics.
+        // loadgen's ResourceUsage: the servers' CPU and memory, average and peak.
         "resourceusage" => Method::ResourceUsage,
+        // CL2's measures system pods through the kubelets; loadgen the servers'
+        // own /metrics, in CL2's file (see crate::scenario::resource_usage).
+        "resourceusagesummary" => Method::ResourceUsageSummary,
+        "testmetrics" => Method::TestMetrics,
         "watchlatency" => Method::WatchLatency,
         "waitforcontrolledpodsrunning" => Method::WaitForControlledPodsRunning,
         "waitforrunningpods" => Method::WaitForRunningPods,
@@ -207,7 +213,7 @@ impl Checker<'_> {
     ) -> Result<MeasurementAction, ScenarioError> {
         let method = method_of(&m.method);
         if method == Method::Skipped && self.dialect == Dialect::Loadgen {
-            return Err(self.err(&format!("{path}.method"), format!("unknown measurement `{}` (known: APIResponsiveness, ResourceUsage, WatchLatency, WaitForControlledPodsRunning, WaitForRunningPods, PodStartupLatency, SchedulingThroughput, Sleep)", m.method)));
+            return Err(self.err(&format!("{path}.method"), format!("unknown measurement `{}` (known: APIResponsiveness, ResourceUsage, WatchLatency, ResourceUsageSummary, TestMetrics, WaitForControlledPodsRunning, WaitForRunningPods, PodStartupLatency, SchedulingThroughput, Sleep)", m.method)));
         }
         let in_params = params
             .iter()
@@ -226,6 +232,10 @@ impl Checker<'_> {
         let one_shot = matches!(method, Method::Sleep | Method::WaitForRunningPods);
         let action = match (written.to_ascii_lowercase().as_str(), method) {
             (_, Method::Skipped) => Action::Run,
+            // Only SystemPodMetrics reads these, a part loadgen skips.
+            ("pausesystempodmetrics" | "unpausesystempodmetrics", Method::TestMetrics) => {
+                Action::Run
+            }
             (_, _) if one_shot => Action::Run,
             ("start", _) => Action::Start,
             ("gather" | "stop", _) => Action::Gather,
@@ -421,6 +431,42 @@ impl Checker<'_> {
             namespace: string("namespace")?,
             threshold: duration("threshold")?,
             duration: duration("duration")?,
+            resource_constraints: match string("resourceConstraints")? {
+                Some(f) if !f.trim().is_empty() => {
+                    Some(self.constraints(&at("resourceConstraints"), f.trim())?)
+                }
+                _ => None,
+            },
+        })
+    }
+
+    /// CL2's `resourceConstraints` file (relative to the config): container
+    /// name → `{cpuConstraint, memoryConstraint}`.
+    fn constraints(
+        &self,
+        at: &str,
+        file: &str,
+    ) -> Result<std::collections::BTreeMap<String, super::Constraint>, ScenarioError> {
+        let path = self.dir.join(file);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| self.err(at, format!("{}: {e}", path.display())))?;
+        if text.contains("{{") {
+            return Err(self.err(
+                at,
+                format!(
+                    "{}: a templated constraints file is not supported (give the numbers)",
+                    path.display()
+                ),
+            ));
+        }
+        serde_saphyr::from_str(&text).map_err(|e| {
+            self.err(
+                at,
+                format!(
+                    "{}: expected container: {{cpuConstraint, memoryConstraint}}: {e}",
+                    path.display()
+                ),
+            )
         })
     }
 }
