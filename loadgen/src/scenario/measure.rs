@@ -779,6 +779,16 @@ fn gather_usage(
                 .into(),
         ),
     }
+    match resource_usage::scheduling_metrics(sampled) {
+        Some(m) => result.summaries.push(Cl2Summary {
+            name: "SchedulingMetrics".into(),
+            content: m,
+        }),
+        None => result.skipped.push(
+            "SchedulingMetrics (no kube-scheduler /metrics among the scraped URLs; name it with --server-metrics)"
+                .into(),
+        ),
+    }
     for (part, why) in resource_usage::TEST_METRICS_SKIPPED {
         result.skipped.push(format!("{part} ({why})"));
     }
@@ -1064,5 +1074,71 @@ mod tests {
         })
         .await;
         assert!(!e, "one slow call kind is allowed");
+    }
+
+    fn empty_result(method: &str) -> MeasurementResult {
+        MeasurementResult {
+            method: method.into(),
+            method_as_written: method.into(),
+            identifier: method.into(),
+            started_in_step: 0,
+            gathered_in_step: Some(1),
+            duration_s: 1.0,
+            calls: Vec::new(),
+            server_metrics: Vec::new(),
+            watch: None,
+            pods: None,
+            sources: None,
+            skipped: Vec::new(),
+            slos: Vec::new(),
+            summaries: Vec::new(),
+        }
+    }
+
+    /// A constraint over its container's 99th percentile fails the run (CL2's
+    /// violation error); TestMetrics adds no file for parts it could not sample and
+    /// says each skipped part by name.
+    #[test]
+    fn usage_constraints_fail_the_run_and_test_metrics_says_what_it_skipped() {
+        let sampled = Sampled {
+            url: "http://127.0.0.1:6443/metrics".into(),
+            component: Some("kube-apiserver"),
+            scrapes: 2,
+            cpu_cores: vec![3.0],
+            memory_bytes: vec![1 << 30, 1 << 30],
+            ..Sampled::default()
+        };
+        let mut limits = BTreeMap::new();
+        limits.insert(
+            "kube-apiserver".to_string(),
+            resource_usage::Constraint {
+                cpu_constraint: 2.0,
+                memory_constraint: 0,
+            },
+        );
+        let mut r = empty_result("ResourceUsageSummary");
+        gather_usage(&mut r, std::slice::from_ref(&sampled), false, Some(&limits));
+        assert_eq!(r.slos.len(), 1, "{:?}", r.slos);
+        assert!(!r.slos[0].met && r.slos[0].enforced, "{:?}", r.slos);
+        let names: Vec<&str> = r.summaries.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["ResourceUsageSummary"]);
+        assert!(r.skipped.is_empty());
+
+        let mut r = empty_result("TestMetrics");
+        gather_usage(&mut r, &[sampled], true, None);
+        assert!(r.slos.is_empty());
+        let names: Vec<&str> = r.summaries.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["ResourceUsageSummary"]);
+        let skipped = r.skipped.join("\n");
+        for part in [
+            "EtcdMetrics",
+            "SchedulingMetrics",
+            "MetricsForE2E",
+            "CPUProfile",
+            "SystemPodMetrics",
+            "ClusterOOMsTracker",
+        ] {
+            assert!(skipped.contains(part), "{part}: {skipped}");
+        }
     }
 }

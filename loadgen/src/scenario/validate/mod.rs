@@ -261,7 +261,7 @@ impl Checker<'_> {
                                     .map(|(part, _)| *part)
                                     .collect();
                                 skipped.push(format!(
-                                    "measurement {} `{}` at {path}: its parts {} (not measurable from outside; ResourceUsageSummary and EtcdMetrics run)",
+                                    "measurement {} `{}` at {path}: its parts {} (not measurable from outside; ResourceUsageSummary runs, and EtcdMetrics and SchedulingMetrics where etcd's and kube-scheduler's /metrics are sampled)",
                                     m.method_as_written,
                                     m.identifier,
                                     parts.join(", ")
