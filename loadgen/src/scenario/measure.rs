@@ -27,6 +27,7 @@ use super::pods::{
     latency_perfdata, wait_controlled, ControlledOutcome, ControlledSpec, Controller, PodTracker,
 };
 use super::resource_usage::{self, Sampled};
+use super::test_metrics;
 use super::validate::{Cl2Params, MeasurementAction, Method, Thresholds};
 use crate::record::{new_histogram, OpRecorder, Outcome};
 use crate::report::{Percentiles, Report};
@@ -769,7 +770,7 @@ fn gather_usage(
     if !test_metrics {
         return;
     }
-    match resource_usage::etcd_metrics(sampled) {
+    match test_metrics::etcd_metrics(sampled) {
         Some(etcd) => result.summaries.push(Cl2Summary {
             name: "EtcdMetrics".into(),
             content: etcd,
@@ -779,7 +780,7 @@ fn gather_usage(
                 .into(),
         ),
     }
-    match resource_usage::scheduling_metrics(sampled) {
+    match test_metrics::scheduling_metrics(sampled) {
         Some(m) => result.summaries.push(Cl2Summary {
             name: "SchedulingMetrics".into(),
             content: m,
@@ -789,7 +790,7 @@ fn gather_usage(
                 .into(),
         ),
     }
-    for (part, why) in resource_usage::TEST_METRICS_SKIPPED {
+    for (part, why) in test_metrics::TEST_METRICS_SKIPPED {
         result.skipped.push(format!("{part} ({why})"));
     }
     for s in &result.skipped {

@@ -32,6 +32,7 @@ pub mod reconcile;
 pub mod resource_usage;
 pub mod run;
 pub mod template;
+pub mod test_metrics;
 pub mod tuning;
 pub mod validate;
 

@@ -256,7 +256,7 @@ impl Checker<'_> {
                                 ));
                             }
                             if m.method == Method::TestMetrics && m.action == Action::Start {
-                                let parts: Vec<&str> = crate::scenario::resource_usage::TEST_METRICS_SKIPPED
+                                let parts: Vec<&str> = crate::scenario::test_metrics::TEST_METRICS_SKIPPED
                                     .iter()
                                     .map(|(part, _)| *part)
                                     .collect();
