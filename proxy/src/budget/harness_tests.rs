@@ -112,15 +112,31 @@ fn storms(rates: &[f64]) {
             let v = judge(&format!("{name} {rate}/min"), &sc);
             runs += v.runs;
             within += v.within;
-            // The simulator's plant falls short (0.69-0.83 of its oracle,
-            // bench/RESULTS.md): one LIST every ~9 s slows a few heartbeats
-            // each, which the short window reads as noise around the set
-            // point; its bound here is what it does, not the goal.
-            let least = if name == "sim" { 0.6 } else { 0.8 };
+            if name == "sim" {
+                // Both cannot hold on sim (see the test above): the
+                // margin, and 80% of the margin's oracle.
+                let o = oracle(&sc, &[101, 102, 103]);
+                let m = oracle_within(&sc, &[101, 102, 103], MARGIN * TARGET);
+                let g = median(&v.goodputs) * o / m.max(1.0);
+                println!("| {name} {rate}/min against the margin's oracle ({:.1} MB/s) | goodput {g:.2} |", m / MB);
+                // 0.75-1.00 (bench/RESULTS.md): short of 0.8 at 60 and
+                // 240/min; the bound is what it does, not the goal.
+                assert!(
+                    g >= 0.7,
+                    "{name} {rate}/min: goodput {g} of the margin's oracle"
+                );
+            } else {
+                assert!(
+                    median(&v.goodputs) >= 0.8,
+                    "{name} {rate}/min: goodput {:?}",
+                    v.goodputs
+                );
+            }
+            // The margin, on every plant.
             assert!(
-                median(&v.goodputs) >= least,
-                "{name} {rate}/min: goodput {:?}",
-                v.goodputs
+                median(&v.p99s) <= MARGIN * TARGET,
+                "{name} {rate}/min: median p99 {}",
+                median(&v.p99s)
             );
             assert!(
                 v.longest_dry_spell <= crate::budget::adaptive::MAX_SPACING.as_secs_f64() + 1.0,
@@ -164,6 +180,7 @@ fn a_disturbed_start_does_not_freeze_the_cold_start() {
     );
     assert!(median(&v.goodputs) >= 0.8, "{:?}", v.goodputs);
     assert!(v.within as f64 >= 0.95 * v.runs as f64);
+    assert!(median(&v.p99s) <= MARGIN * TARGET, "{:?}", v.p99s);
 }
 
 /// The issue's three clients on the slow plant: when all three wait, the
@@ -185,11 +202,16 @@ fn three_clients_share_the_heavy_lane_by_bytes() {
     let (pages, large, cached) = (m(|s| s.0), m(|s| s.1), m(|s| s.2));
     println!("byte shares: pages {pages:.2} large {large:.2} cached {cached:.2}");
     // Demand in bytes: pages 660 MB/min, large 3000, cached 1320; the lane
-    // serves ~45 MB/s (2700 MB/min): all three are backlogged, so each
-    // gets near a third, and none more than half or less than a fifth.
+    // serves ~45 MB/s (2700 MB/min). Shared by bytes (max-min), the pages
+    // client gets its demand (~0.24) and the other two, both backlogged,
+    // split the rest evenly (~0.38 each), whatever their sizes.
     for (n, s) in [("pages", pages), ("large", large), ("cached", cached)] {
         assert!((0.2..=0.5).contains(&s), "{n}: {s:.2} of the bytes");
     }
+    assert!(
+        (large / cached - 1.0).abs() <= 0.15,
+        "large {large:.2} against cached {cached:.2}"
+    );
 }
 
 fn percentile(v: &[f64], q: f64) -> f64 {
@@ -287,4 +309,71 @@ fn the_rate_stays_within_a_band_once_converged() {
     );
     let within = spreads.iter().filter(|s| s.1 <= BAND).count();
     assert!(within as f64 >= 0.95 * spreads.len() as f64, "{spreads:?}");
+}
+
+/// The plants' own trade-off, sent directly at an even rate: on slow and
+/// fast, 0.8 of the oracle's rate keeps the margin (p99 ≤ 0.8 × the
+/// target), so a controller can have both the margin and 80% of the
+/// oracle; on sim it cannot: there a single 48 MB LIST alone lifts the
+/// load past the edge for a moment (its heap over `safe_rate·τ`), and
+/// even at 0.7 of the oracle's rate the median p99 is over the margin.
+/// So on sim the controller is held to the margin and judged against
+/// the margin's oracle (`sim_keeps_the_margin…`).
+#[test]
+fn the_margin_and_80_percent_of_the_oracle_are_compatible_except_on_sim() {
+    for (name, plant, cost) in plants() {
+        let sc = Scenario::new(plant, storm(cost, 240.0));
+        let o = oracle(&sc, &[101, 102, 103]);
+        let full = 240.0 * cost / 60.0;
+        let at = |f: f64| {
+            let p: Vec<f64> = (0..9)
+                .map(|s| run_direct(&sc, f * o / full, 200 + s).p99)
+                .collect();
+            median(&p)
+        };
+        let (p70, p80) = (at(0.7), at(0.8));
+        println!(
+            "{name}: sent evenly at 0.7 / 0.8 of the oracle, median p99 {:.1} / {:.1} ms",
+            p70 * 1e3,
+            p80 * 1e3
+        );
+        if name == "sim" {
+            assert!(p70 > MARGIN * TARGET, "{name}: {p70}");
+        } else {
+            assert!(p80 <= MARGIN * TARGET, "{name}: {p80}");
+        }
+    }
+}
+
+/// Where one client is the whole storm, the apiserver's health binds, not
+/// the per-client limit: a client paging through a LIST in 3.3 MB pages
+/// at 500 a minute (8.3/s, the issue's `loadgen --lists 500/min`) on the
+/// fast plant asks for 27.5 MB/s, well within what the heartbeats allow;
+/// tollgate's default serves it (a per-client limit of 5/s, the old
+/// default, served 60% of it and refused the rest as `rateLimit` while
+/// the apiserver was idle). Fairness between clients is the fair
+/// queues' (by bytes), protection the budget's: with one client, a
+/// request-count limit only decides goodput against the apiserver's
+/// health, the failure the issue measured.
+#[test]
+fn one_client_storm_is_bound_by_the_apiservers_health_not_the_per_client_limit() {
+    let sc = Scenario::new(PlantParams::fast(), storm(3.3 * MB, 500.0));
+    let oracle = oracle(&sc, &[101, 102, 103]);
+    let run = |quota: &Quota| {
+        let g: Vec<f64> = (0..SEEDS)
+            .map(|seed| run_tollgate(&sc, quota, seed).goodput / oracle)
+            .collect();
+        median(&g)
+    };
+    let default = run(&Quota::default());
+    let mut old = Quota::default();
+    old.per_client.requests_per_second = 5.0;
+    old.per_client.burst = 10;
+    let limited = run(&old);
+    println!("one client, 3.3 MB pages at 500/min on fast: goodput / oracle {default:.2} by default, {limited:.2} with 5/s per client");
+    assert!(default >= 0.95, "{default}");
+    assert!(
+        limited < 0.8,
+        "the test would not see the limit bind: {limited}"
+    );
 }

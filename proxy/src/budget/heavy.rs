@@ -266,11 +266,20 @@ impl HeavyBudget {
     /// The signal at `now`: `(source, p99, target)`, the protected lanes'
     /// if they have enough samples, else the workload lane's.
     pub fn signal(&mut self, now: Instant) -> (&'static str, Option<Duration>, Duration) {
-        if let Some((p99, _, _)) = self.signal.p99(now) {
+        self.signal_over(super::signal::MIN_WINDOW, now)
+    }
+
+    /// As [`HeavyBudget::signal`], the p99 over at least `span`.
+    fn signal_over(
+        &mut self,
+        span: Duration,
+        now: Instant,
+    ) -> (&'static str, Option<Duration>, Duration) {
+        if let Some((p99, _, _)) = self.signal.p99_over(span, now) {
             let target = self.adaptive.target(self.signal.baseline(now));
             return ("protected", Some(p99), target);
         }
-        if let Some((p99, _, _)) = self.fallback.p99(now) {
+        if let Some((p99, _, _)) = self.fallback.p99_over(span, now) {
             let target = self.adaptive.target(self.fallback.baseline(now));
             return ("workload", Some(p99), target);
         }
@@ -291,7 +300,10 @@ impl HeavyBudget {
     /// none), and the new limits to apply. Each decision is logged at info
     /// level with its reason and explanation, and counted by reason.
     pub fn step(&mut self, now: Instant) -> (Option<Decision>, Limits) {
-        let (source, p99, target) = self.signal(now);
+        // The p99 over what the controller judges (at an epoch's end, at
+        // least the whole epoch).
+        let span = self.controller.judged_span(now);
+        let (source, p99, target) = self.signal_over(span, now);
         let window = self.inflight.take_window();
         let tail = self.tail(source, target, now);
         let o = Observation {

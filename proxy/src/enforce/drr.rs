@@ -143,6 +143,16 @@ impl<K: Clone + Eq + Hash, T> FairQueue<K, T> {
         removed
     }
 
+    /// Give back `cost` of credit to `flow`: an entry it was charged for
+    /// at its pop was never served (its waiter left while it waited for
+    /// the budget). A flow no longer queued has forgotten its credit
+    /// anyway, so nothing changes for it.
+    pub fn refund(&mut self, flow: &K, cost: f64) {
+        if let Some(f) = self.flows.get_mut(flow) {
+            f.deficit += cost.max(0.0);
+        }
+    }
+
     fn remove_flow(&mut self, flow: &K) {
         self.flows.remove(flow);
         if self.active.front() == Some(flow) {

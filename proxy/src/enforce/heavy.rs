@@ -131,7 +131,13 @@ impl<W> HeavyLane<W> {
             };
             let cost = *cost;
             if gone(waiter) {
-                self.staged = None;
+                // Charged to its flow at the pop, never served: the
+                // credit goes back, or the flow whose waiters wait longest
+                // for the budget (the largest requests) pays for LISTs it
+                // never got.
+                if let Some((flow, cost, _)) = self.staged.take() {
+                    self.queue.refund(&flow, cost);
+                }
                 continue;
             }
             if !self.slot_free(s, now) {
@@ -266,6 +272,11 @@ impl<W> HeavyQueue<W> {
         }
     }
 
+    /// Give back the credit of an entry popped but never served.
+    pub fn refund(&mut self, flow: &String, cost: f64) {
+        self.inner.refund(flow, cost);
+    }
+
     /// The next entry deficit round robin serves.
     pub fn pop(&mut self) -> Option<(String, f64, W)> {
         let next = self.inner.pop();
@@ -281,6 +292,51 @@ impl<W> HeavyQueue<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::latencies::latency_queue;
+    use crate::budget::settings::QuotaMode;
+    use crate::enforce::settings::{Lanes, Quota, RelistGuard as GuardSettings};
+
+    const MB: f64 = 1_000_000.0;
+
+    #[test]
+    fn a_waiter_that_left_while_staged_gives_its_flow_the_credit_back() {
+        let mut quota = Quota {
+            mode: QuotaMode::Static,
+            bytes_per_second: Some(10.0 * MB),
+            burst_bytes: Some(10.0 * MB),
+            ..Quota::default()
+        };
+        quota.queue.quantum_bytes = 10.0 * MB;
+        let (lanes, guard) = (Lanes::default(), GuardSettings::default());
+        let s = AdmissionSettings {
+            lanes: &lanes,
+            quota: &quota,
+            relist_guard: &guard,
+        };
+        let t0 = Instant::now();
+        let (_queue, drain) = latency_queue(16);
+        let mut lane: HeavyLane<u32> = HeavyLane::new(s, drain, t0);
+        lane.refresh(s, t0);
+        // Flow a: two LISTs of 20 MB (over the 10 MB burst: each waits for
+        // a full pool); flow b: pages of 5 MB.
+        for id in [1, 2] {
+            lane.queue.push("a".into(), 20.0 * MB, id).expect("room");
+        }
+        for id in 10..14 {
+            lane.queue.push("b".into(), 5.0 * MB, id).expect("room");
+        }
+        let served = |v: Vec<(u32, f64)>| v.into_iter().map(|w| w.0).collect::<Vec<_>>();
+        // b's two pages take the full pool; a's first LIST is staged.
+        let (now, _) = lane.dispatch(s, t0, |_| false);
+        assert_eq!(served(now), [10, 11]);
+        assert_eq!(lane.staged.as_ref().map(|e| e.2), Some(1));
+        // It leaves before the pool is full again: its 20 MB of credit
+        // go back to a, whose next LIST is served next (without the
+        // refund, a would have paid for it and b's pages would go first).
+        let t1 = t0 + Duration::from_secs(1);
+        let (now, _) = lane.dispatch(s, t1, |w| *w == 1);
+        assert_eq!(served(now), [2]);
+    }
 
     #[test]
     fn waiters_that_left_do_not_cost_their_flow_its_credit() {

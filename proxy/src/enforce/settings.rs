@@ -172,7 +172,12 @@ pub struct Queue {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PerClient {
-    /// Heavy requests per second per client; `0` turns it off. Default `5`.
+    /// Heavy requests per second per client; `0` turns it off. Default `0`
+    /// (off): the adaptive budget protects the apiserver and the fair
+    /// queues share it between clients by bytes, so with one client the
+    /// storm, a request-count limit would only decide goodput against the
+    /// apiserver's health (budget/harness_tests.rs,
+    /// `one_client_storm_is_bound_by_…`). A cap an operator sets still binds.
     pub requests_per_second: f64,
     /// Heavy requests a client may send at once. Default `10`.
     pub burst: u32,
@@ -355,7 +360,7 @@ impl Default for Queue {
 impl Default for PerClient {
     fn default() -> Self {
         PerClient {
-            requests_per_second: 5.0,
+            requests_per_second: 0.0,
             burst: 10,
             max_clients: 10_000,
         }
