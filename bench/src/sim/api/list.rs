@@ -180,6 +180,7 @@ pub fn shape(
             .map(|r| r.value.as_str());
     let mut s = ListShape {
         from_etcd,
+        revision_check: false,
         ..ListShape::default()
     };
     for (_, o) in map.range::<_, str>((from, Bound::Unbounded)) {

@@ -21,30 +21,35 @@ impl Api {
         let path = info.path.trim_end_matches('/');
         let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
         let ok = |v: serde_json::Value| respond::json_value(StatusCode::OK, &v);
+        let kube = self.config.kube_version;
         match (req.method(), parts.as_slice()) {
             (&Method::GET, ["healthz" | "livez" | "readyz", ..]) => {
                 respond::plain(StatusCode::OK, "ok")
             }
-            (&Method::GET, ["version"]) => ok(discovery::version()),
+            (&Method::GET, ["version"]) => ok(discovery::version(kube)),
             (&Method::GET, ["metrics"]) => self.metrics_text(),
             (&Method::GET, ["api"]) => ok(discovery::api_versions(&self.config.server_address)),
-            (&Method::GET, ["api", v]) => discovery::resource_list(self.store.custom(), "", v)
-                .map_or_else(|| not_found(path), ok),
-            (&Method::GET, ["apis"]) => ok(discovery::group_list(self.store.custom())),
-            (&Method::GET, ["apis", g]) => {
-                discovery::api_group(self.store.custom(), g).map_or_else(|| not_found(path), ok)
+            (&Method::GET, ["api", v]) => {
+                discovery::resource_list(kube, self.store.custom(), "", v)
+                    .map_or_else(|| not_found(path), ok)
             }
-            (&Method::GET, ["apis", g, v]) => discovery::resource_list(self.store.custom(), g, v)
+            (&Method::GET, ["apis"]) => ok(discovery::group_list(kube, self.store.custom())),
+            (&Method::GET, ["apis", g]) => discovery::api_group(kube, self.store.custom(), g)
                 .map_or_else(|| not_found(path), ok),
+            (&Method::GET, ["apis", g, v]) => {
+                discovery::resource_list(kube, self.store.custom(), g, v)
+                    .map_or_else(|| not_found(path), ok)
+            }
             (&Method::GET, ["openapi", "v3"]) => {
-                ok(discovery::openapi_v3_root(self.store.custom()))
+                ok(discovery::openapi_v3_root(kube, self.store.custom()))
             }
             (&Method::GET, ["openapi", "v3", "api", v]) => {
-                discovery::openapi_v3(self.store.custom(), "", v)
+                discovery::openapi_v3(kube, self.store.custom(), "", v)
                     .map_or_else(|| not_found(path), ok)
             }
             (&Method::GET, ["openapi", "v3", "apis", g, v]) => {
-                discovery::openapi_v3(self.store.custom(), g, v).map_or_else(|| not_found(path), ok)
+                discovery::openapi_v3(kube, self.store.custom(), g, v)
+                    .map_or_else(|| not_found(path), ok)
             }
             (&Method::POST, ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]) => {
                 if let Err(s) = read_body(req.into_body(), self.config.max_body_bytes).await {
