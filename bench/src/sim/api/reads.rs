@@ -257,6 +257,7 @@ impl Api {
             def,
             encoding,
             bookmark_every: self.config.bookmark_every,
+            kube_version: self.config.kube_version,
             // Ends with the server, or with this incarnation at a modeled crash.
             shutdown: self.model.connections(),
             guard: Box::new(done),
