@@ -229,3 +229,49 @@ async fn each_release_serves_its_own_discovery() {
         groups(new.get("/apis").await.json())
     );
 }
+
+/// 1.20's Go encoder writes an unset timestamp as `null`; 1.37.2 leaves it out (seen in the
+/// differential cases: a streaming list's bookmark, a Deployment's pod template).
+#[tokio::test]
+async fn the_current_release_leaves_out_unset_timestamps() {
+    for (version, null) in [("1.20", true), ("1.37", false)] {
+        let s = sim(&["--kube-version", version, "--nodes", "2"]).await;
+        let h = Http::new(&s.url);
+        let mut w = h
+            .watch("/api/v1/nodes?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
+            .await;
+        let mut bookmark = None;
+        for _ in 0..3 {
+            let e = w.next(std::time::Duration::from_secs(5)).await.unwrap();
+            if e["type"] == "BOOKMARK" {
+                bookmark = Some(e);
+            }
+        }
+        let meta = &bookmark.expect("the initial-events-end bookmark")["object"]["metadata"];
+        assert_eq!(meta["annotations"]["k8s.io/initial-events-end"], "true");
+        assert_eq!(
+            meta.as_object().unwrap().contains_key("creationTimestamp"),
+            null,
+            "{version}: {meta}"
+        );
+        let d = h
+            .post(
+                "/apis/apps/v1/namespaces/default/deployments",
+                &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                    "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+            )
+            .await;
+        assert_eq!(d.status, 201);
+        let template = &d.json()["spec"]["template"]["metadata"];
+        assert_eq!(
+            template
+                .as_object()
+                .unwrap()
+                .contains_key("creationTimestamp"),
+            null,
+            "{version}: {template}"
+        );
+    }
+}
