@@ -57,6 +57,7 @@ pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<ListP
             start: Some(start),
             filter,
             from_cache: false,
+            fresh: false,
         });
     }
     let (read_at, from_cache) =
@@ -90,6 +91,7 @@ pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<ListP
         start: None,
         filter,
         from_cache,
+        fresh: false,
     })
 }
 

@@ -43,6 +43,7 @@ impl Api {
         let mut revision_check = false;
         if let ServedBy::Cache { revision_check: r } = served {
             plan.from_cache = true;
+            plan.fresh = r;
             revision_check = r;
         }
         if plan.from_cache && !ready {
