@@ -275,3 +275,23 @@ async fn the_current_release_leaves_out_unset_timestamps() {
         );
     }
 }
+
+/// `/metrics` names only the release's own resources (the store has slots for both).
+#[tokio::test]
+async fn the_metrics_name_only_the_releases_own_resources() {
+    for (version, own, other) in [
+        ("1.20", "podsecuritypolicies", "deviceclasses"),
+        ("1.37", "deviceclasses", "podsecuritypolicies"),
+    ] {
+        let s = sim(&["--kube-version", version]).await;
+        let m = String::from_utf8(Http::new(&s.url).get("/metrics").await.body.to_vec()).unwrap();
+        for name in ["apiserver_storage_list_total", "apiserver_storage_objects"] {
+            let series = |resource: &str| {
+                m.lines()
+                    .any(|l| l.starts_with(name) && l.contains(&format!("resource=\"{resource}")))
+            };
+            assert!(series(own), "{version}: no {name} for {own}");
+            assert!(!series(other), "{version}: {name} for {other}");
+        }
+    }
+}

@@ -138,6 +138,9 @@ impl SimMetrics {
         for def in crate::sim::resources::builtins()
             .iter()
             .filter(|d| d.supports_verb("list"))
+            .filter(|d| {
+                crate::sim::resources::lookup_in(kube_version, d.group, d.version, d.name).is_some()
+            })
         {
             m.storage_lists
                 .get_or_create(&m.storage_list_labels(def, true))

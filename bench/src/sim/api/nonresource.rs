@@ -5,7 +5,7 @@ use super::discovery;
 use super::respond::{self, Body};
 use super::{read_body, Api};
 use crate::sim::auth::user::UserInfo;
-use crate::sim::resources;
+use crate::sim::resources::{self, ResourceDef};
 use apimodel::{RequestInfo, Status};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -71,7 +71,18 @@ impl Api {
             .report(resources::slots(), |i| self.store.count(i));
         // One series per resource, as kube-apiserver counts them: versions of a group add up.
         let mut by_name = std::collections::BTreeMap::<String, usize>::new();
-        for def in self.store.defs().iter().filter(|d| d.supports_verb("list")) {
+        let kube = self.config.kube_version;
+        // The release's own kinds (the store has a slot for both releases'), and CRDs'.
+        let served = |d: &ResourceDef| {
+            d.is_custom() || resources::lookup_in(kube, d.group, d.version, d.name).is_some()
+        };
+        for def in self
+            .store
+            .defs()
+            .iter()
+            .filter(|d| d.supports_verb("list"))
+            .filter(|d| served(d))
+        {
             let name = if def.group.is_empty() {
                 def.name.to_string()
             } else {
