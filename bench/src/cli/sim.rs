@@ -217,6 +217,15 @@ pub struct SimArgs {
     /// notifications); default off: they read etcd, as before 1.34 and in Tess.IO's clusters.
     #[arg(long)]
     pub consistent_reads_from_cache: bool,
+    /// The Kubernetes release the sim answers as: `1.20` (default) or `1.37`, the current
+    /// release. 1.37 serves consistent LISTs from the watch cache (KEP-2340), exact-revision
+    /// LISTs and continue tokens from cache snapshots while the cache still holds the revision
+    /// (KEP-4988), counts both stores in apiserver_storage_list_total, and serves 1.37.2's
+    /// discovery documents and /version. The default stays 1.20 because the cost model's
+    /// constants were calibrated against kube-apiserver 1.20.2 (bench/MODEL.md) and every
+    /// recorded capacity figure used it.
+    #[arg(long, value_enum, default_value = "1.20")]
+    pub kube_version: crate::sim::KubeVersion,
     /// Override one model constant, NAME=VALUE (repeatable); names and defaults in bench/MODEL.md.
     #[arg(long = "model-set", value_name = "NAME=VALUE")]
     pub model_set: Vec<String>,
@@ -265,6 +274,7 @@ impl SimArgs {
             exit_with_stdin: self.exit_with_stdin,
             authn,
             model,
+            kube_version: self.kube_version,
         })
     }
 

@@ -83,6 +83,7 @@ pub struct SimConfig {
     pub exit_with_stdin: bool,
     pub authn: AuthnConfig,
     pub model: ModelConfig,
+    pub kube_version: crate::sim::kube_version::KubeVersion,
 }
 
 pub(crate) fn read_file(path: &Path) -> Result<String, SimError> {

@@ -12,6 +12,9 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::sync::Arc;
 
+use crate::sim::kube_version::KubeVersion;
+use crate::sim::resources::ResourceDef;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub verb: String,
@@ -65,14 +68,44 @@ pub struct SimMetrics {
     pub duration: Family<DurationLabels, Histogram>,
     pub inflight: Family<KindLabels, Gauge<i64, AtomicI64>>,
     pub storage_objects: Family<ResourceLabels, Gauge<i64, AtomicI64>>,
-    /// LIST requests served from storage (etcd), not the watch cache.
-    pub storage_lists: Family<ResourceLabels, Counter>,
+    /// `apiserver_storage_list_total`: on 1.20, the LISTs served from etcd by `resource`;
+    /// on 1.37, every LIST by store ([`SimMetrics::storage_list_labels`]).
+    pub storage_lists: Family<Vec<(String, String)>, Counter>,
+    kube_version: KubeVersion,
     pub list_fetched: Family<StorageListLabels, Counter>,
     pub list_returned: Family<StorageListLabels, Counter>,
     pub list_evaluated: Family<StorageListLabels, Counter>,
     pub longrunning: Family<LongRunningLabels, Gauge<i64, AtomicI64>>,
     /// `process_start_time_seconds` as f64 bits: a modeled restart moves it.
     pub process_start: Arc<AtomicU64>,
+}
+
+impl SimMetrics {
+    /// The labels of `apiserver_storage_list_total` for a LIST of `def` from etcd or the
+    /// cache, as the release the sim answers as writes them (1.20: `resource` only, and it
+    /// counts only etcd's).
+    pub fn storage_list_labels(&self, def: &ResourceDef, from_etcd: bool) -> Vec<(String, String)> {
+        if self.kube_version.counts_cache_lists() {
+            let storage = if from_etcd { "etcd" } else { "watchcache" };
+            vec![
+                ("group".into(), def.group.into()),
+                ("resource".into(), def.name.into()),
+                ("storage".into(), storage.into()),
+                ("index".into(), String::new()),
+            ]
+        } else {
+            vec![("resource".into(), def.name.into())]
+        }
+    }
+
+    /// Counts one LIST in `apiserver_storage_list_total`, if the release counts it.
+    pub fn count_storage_list(&self, def: &ResourceDef, from_etcd: bool) {
+        if from_etcd || self.kube_version.counts_cache_lists() {
+            self.storage_lists
+                .get_or_create(&self.storage_list_labels(def, from_etcd))
+                .inc();
+        }
+    }
 }
 
 /// kube-apiserver's request duration buckets.
@@ -82,7 +115,7 @@ const DURATION_BUCKETS: &[f64] = &[
 ];
 
 impl SimMetrics {
-    pub fn register(registry: &mut Registry) -> SimMetrics {
+    pub fn register(registry: &mut Registry, kube_version: KubeVersion) -> SimMetrics {
         let m = SimMetrics {
             requests: Family::default(),
             duration: Family::new_with_constructor(|| {
@@ -95,6 +128,7 @@ impl SimMetrics {
             list_returned: Family::default(),
             list_evaluated: Family::default(),
             longrunning: Family::default(),
+            kube_version,
             process_start: Arc::new(AtomicU64::new(kubeio::process::start_time().to_bits())),
         };
         // kube-apiserver's watch cache starts with one LIST of each cached resource from etcd,
@@ -104,11 +138,12 @@ impl SimMetrics {
         for def in crate::sim::resources::builtins()
             .iter()
             .filter(|d| d.supports_verb("list"))
+            .filter(|d| {
+                crate::sim::resources::lookup_in(kube_version, d.group, d.version, d.name).is_some()
+            })
         {
             m.storage_lists
-                .get_or_create(&ResourceLabels {
-                    resource: def.name.to_string(),
-                })
+                .get_or_create(&m.storage_list_labels(def, true))
                 .inc();
         }
         registry.register(

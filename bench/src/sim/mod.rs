@@ -21,6 +21,8 @@
 //! - [`cluster`]: the simulator's own clients, `--kubelet` (kwok's Stages) and `--scheduler`,
 //!   which reach it through its listener as any client does.
 //! - [`model`]: the cost model (`--cost-model modeled`): stations, memory, crash and restart.
+//! - [`kube_version`]: which release the sim answers as (`--kube-version`): what each serves
+//!   a LIST from, what its metrics count, which discovery documents it serves.
 //! - Beside them, what every part reads or the server wraps around them: [`resources`] (what
 //!   is served; the API, the store and the model index by it), [`clock`] (timestamps as the
 //!   API writes them), [`server`] (accepting connections), [`inflight`] (max-in-flight),
@@ -35,6 +37,7 @@ pub mod clock;
 pub mod cluster;
 mod config;
 pub mod inflight;
+pub mod kube_version;
 pub mod metrics;
 pub mod model;
 pub mod resources;
@@ -46,6 +49,7 @@ pub use storage::etcd_server;
 
 pub(crate) use config::read_file;
 pub use config::{CostModel, ServingCert, SimConfig, SimError, StoreKind};
+pub use kube_version::KubeVersion;
 
 use api::{Api, ApiConfig};
 use auth::authn::{Authenticator, AuthnConfig};
@@ -200,7 +204,7 @@ fn serving_state(
     stop: &CancellationToken,
 ) -> Arc<Api> {
     let mut registry = Registry::default();
-    let metrics = SimMetrics::register(&mut registry);
+    let metrics = SimMetrics::register(&mut registry, config.kube_version);
     let gauges = ["readOnly", "mutating"].map(|k| {
         metrics
             .inflight
@@ -249,6 +253,7 @@ fn serving_state(
             kubelet_delete_delay: config.kubelet_delete_delay,
             server_address: addr.to_string(),
             garbage_collector: config.cluster.controllers,
+            kube_version: config.kube_version,
         },
         shutdown: stop.clone(),
         model,

@@ -9,9 +9,11 @@
 //! listed JSON pointers are left out of the comparison, for the reason given; the rest must
 //! still agree, and a difference that disappears must be taken off the list.
 //!
-//! The sim answers as 1.20.2 does; against the current release a case may differ further
-//! ([`OnCurrent`]: what a newer apiserver legitimately does otherwise), which the table's last
-//! column gives.
+//! The sim answers as the release it is compared with (`--kube-version 1.20` or `1.37`); against
+//! the current release a case may still differ ([`OnCurrent`]: what a newer apiserver does
+//! that the sim does not model), which the table's last column gives, and a LIST case may name
+//! the store that serves it there ([`Store`]), checked on both servers by their
+//! `apiserver_storage_list_total`. A case may run against one release only (`only`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -64,8 +66,31 @@ struct Case {
     /// Sent again (within [`POLL_DEADLINE`]) until the status code is this one: for what the
     /// real apiserver does on its own clock (etcd compaction).
     until_code: Option<u16>,
-    /// How the current release differs beyond the above (the sim models 1.20.2).
+    /// How the current release differs beyond the above.
     on_current: Option<OnCurrent>,
+    /// Run against this release only, because (the other answers otherwise, and the sim
+    /// does not model that).
+    only: Option<(KubeVersion, &'static str)>,
+    /// On the current release: `(resource, store)` that serves this LIST, checked on both
+    /// servers by their `apiserver_storage_list_total{resource, storage}` growing for that
+    /// store only.
+    served_from: Option<(&'static str, Store)>,
+}
+
+/// Which store served a LIST, as `apiserver_storage_list_total` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Etcd,
+    WatchCache,
+}
+
+impl Store {
+    fn label(self) -> &'static str {
+        match self {
+            Store::Etcd => "etcd",
+            Store::WatchCache => "watchcache",
+        }
+    }
 }
 
 /// A difference only the current release has, on top of the case's own.
@@ -152,6 +177,19 @@ impl Case {
             why,
         });
         self
+    }
+    /// Run against the current release only, because `why`.
+    fn only_current(mut self, why: &'static str) -> Self {
+        self.only = Some((KubeVersion::Current, why));
+        self
+    }
+    /// On the current release, served from `store` (checked on both servers).
+    fn served_from(mut self, resource: &'static str, store: Store) -> Self {
+        self.served_from = Some((resource, store));
+        self
+    }
+    fn runs_on(&self, version: KubeVersion) -> bool {
+        self.only.is_none_or(|(v, _)| v == version)
     }
     /// How it is compared against `version`.
     fn verdict(&self, version: KubeVersion) -> Verdict {
@@ -408,6 +446,9 @@ fn table(cases: &[Case]) -> String {
     );
     for (i, c) in cases.iter().enumerate() {
         let verdict = match (c.difference, c.codes_only) {
+            _ if !c.runs_on(KubeVersion::V1_20) => {
+                format!("not run: {}", c.only.map_or("", |(_, why)| why))
+            }
             (None, _) => "pass".to_string(),
             (Some(why), _) if c.uncompared => {
                 format!("**sim bug, not fixed** (not compared): {why}")
@@ -427,7 +468,8 @@ fn table(cases: &[Case]) -> String {
                 c.ignore.join("`, `")
             ),
         };
-        let on_current = match c.on_current {
+        let mut on_current = match c.on_current {
+            None if !c.runs_on(KubeVersion::V1_20) => "pass".to_string(),
             None => "as on 1.20".to_string(),
             Some(d) if d.uncompared => format!("deliberate difference (not compared): {}", d.why),
             Some(d) if d.codes_only => format!(
@@ -440,6 +482,15 @@ fn table(cases: &[Case]) -> String {
                 d.why
             ),
         };
+        if let Some((_, store)) = c.served_from {
+            on_current.push_str(&format!(
+                "; served from {} on both (`apiserver_storage_list_total`)",
+                match store {
+                    Store::Etcd => "etcd",
+                    Store::WatchCache => "the watch cache",
+                }
+            ));
+        }
         let request = format!("`{} {}`", c.method, c.path.replace('|', "%7C"));
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} |\n",
@@ -481,7 +532,12 @@ fn the_simulator_answers_as_the_real_apiserver(version: KubeVersion) -> anyhow::
     // 10–20 s after it was written; the cases that need one are done well before), the sim
     // keeping 40 revisions (the 60 patches push the early ones out).
     let kube = RealApiserver::start_version(version, &["--etcd-compaction-interval=10s"])?;
-    let sim = SimProcess::start(&["--history-window", "40"])?;
+    // The sim answers as the release it is compared with (`--kube-version`).
+    let kube_version = match version {
+        KubeVersion::V1_20 => "1.20",
+        KubeVersion::Current => "1.37",
+    };
+    let sim = SimProcess::start(&["--history-window", "40", "--kube-version", kube_version])?;
     let scratch = tempfile::tempdir()?;
     let mut real = Side {
         name: "kube-apiserver",
@@ -498,7 +554,22 @@ fn the_simulator_answers_as_the_real_apiserver(version: KubeVersion) -> anyhow::
 
     let mut failures = Vec::new();
     for (i, c) in cases.iter().enumerate() {
+        if !c.runs_on(version) {
+            continue;
+        }
         let verdict = c.verdict(version);
+        let store_check = c
+            .served_from
+            .filter(|_| version == KubeVersion::Current)
+            .map(|(resource, store)| {
+                anyhow::Ok((
+                    resource,
+                    store,
+                    list_counts(&real.http, resource)?,
+                    list_counts(&simulated.http, resource)?,
+                ))
+            })
+            .transpose()?;
         // Both at once: watches last their timeoutSeconds.
         let (r, s) = std::thread::scope(|scope| {
             let r = scope.spawn(|| real.run(c, &verdict.ignore));
@@ -518,6 +589,33 @@ fn the_simulator_answers_as_the_real_apiserver(version: KubeVersion) -> anyhow::
             r.code == s.code && r.value == s.value
         };
         let label = format!("#{} {}", i + 1, c.name);
+        if let Some((resource, store, real_before, sim_before)) = store_check {
+            for (side, http, before) in [
+                ("kube-apiserver", &real.http, real_before),
+                ("sim", &simulated.http, sim_before),
+            ] {
+                let after = list_counts(http, resource)?;
+                let grew = |s: Store| {
+                    after.get(s.label()).copied().unwrap_or(0.0)
+                        - before.get(s.label()).copied().unwrap_or(0.0)
+                };
+                let other = match store {
+                    Store::Etcd => Store::WatchCache,
+                    Store::WatchCache => Store::Etcd,
+                };
+                if grew(store) < 1.0 || grew(other) != 0.0 {
+                    failures.push(format!(
+                        "{label}: {side} served it from {} LISTs from {} and {} from {} \
+                         (apiserver_storage_list_total{{resource=\"{resource}\"}}), not from {} only",
+                        grew(store),
+                        store.label(),
+                        grew(other),
+                        other.label(),
+                        store.label()
+                    ));
+                }
+            }
+        }
         if !same {
             failures.push(format!(
                 "{label}: differs\n  kube-apiserver {}: {}\n  sim            {}: {}",
@@ -595,6 +693,23 @@ fn the_simulator_answers_as_the_real_apiserver(version: KubeVersion) -> anyhow::
     drop(sim);
     drop(kube);
     Ok(())
+}
+
+/// `apiserver_storage_list_total` for `resource`, by its `storage` label.
+fn list_counts(http: &Http, resource: &str) -> anyhow::Result<HashMap<String, f64>> {
+    let text = http.get("/metrics")?.expect(200, "/metrics")?.text();
+    let mut out = HashMap::new();
+    for s in kubeio::promtext::samples(&text) {
+        if s.name == "apiserver_storage_list_total"
+            && s.label("resource").is_some_and(|r| r == resource)
+        {
+            let store = s
+                .label("storage")
+                .map_or("etcd".to_string(), |x| x.to_string());
+            *out.entry(store).or_default() += s.value;
+        }
+    }
+    Ok(out)
 }
 
 fn normalize_reply(reply: &Reply, shape: Shape) -> Value {

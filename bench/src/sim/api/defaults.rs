@@ -4,6 +4,7 @@
 //! the service range, Node and Pod defaults, and `metadata.generation` where the kind tracks
 //! it. Anything not here is stored as sent.
 
+use crate::sim::kube_version::KubeVersion;
 use crate::sim::resources::ResourceDef;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
@@ -66,14 +67,22 @@ pub fn pod_spec(spec: &mut Value) {
     }
 }
 
-/// A pod template: `metadata.creationTimestamp: null` (Go serializes the zero time so)
-/// and the pod spec's defaults.
-fn template(spec: &mut Map<String, Value>) {
+/// A pod template: on 1.20 `metadata.creationTimestamp: null` (its Go encoder writes the
+/// zero time so; the current release leaves it out, and drops one a client sent), and the
+/// pod spec's defaults.
+fn template(spec: &mut Map<String, Value>, kube: KubeVersion) {
     let Some(t) = spec.get_mut("template") else {
         return;
     };
     if let Some(m) = obj(t, "metadata") {
-        or_insert(m, "creationTimestamp", Value::Null);
+        match kube {
+            KubeVersion::V1_20 => or_insert(m, "creationTimestamp", Value::Null),
+            KubeVersion::V1_37 => {
+                if m.get("creationTimestamp").is_some_and(Value::is_null) {
+                    m.remove("creationTimestamp");
+                }
+            }
+        }
     }
     if let Some(s) = t.get_mut("spec") {
         pod_spec(s);
@@ -81,7 +90,7 @@ fn template(spec: &mut Map<String, Value>) {
 }
 
 /// The workload kinds' defaults; `uid` is the new object's (a Job's selector names it).
-pub fn workload(def: &ResourceDef, v: &mut Value, uid: &str) {
+pub fn workload(def: &ResourceDef, v: &mut Value, uid: &str, kube: KubeVersion) {
     match (def.group, def.name) {
         ("apps", "deployments") => {
             if let Some(s) = obj(v, "spec") {
@@ -93,7 +102,7 @@ pub fn workload(def: &ResourceDef, v: &mut Value, uid: &str) {
                     "strategy",
                     json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
                 );
-                template(s);
+                template(s, kube);
             }
             or_status(v, json!({}));
         }
@@ -107,7 +116,7 @@ pub fn workload(def: &ResourceDef, v: &mut Value, uid: &str) {
                     "updateStrategy",
                     json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
                 );
-                template(s);
+                template(s, kube);
             }
             or_status(v, json!({"replicas": 0}));
         }
@@ -119,7 +128,7 @@ pub fn workload(def: &ResourceDef, v: &mut Value, uid: &str) {
                 if rc && labels.is_object() {
                     or_insert(s, "selector", labels.clone());
                 }
-                template(s);
+                template(s, kube);
             }
             if rc && v["metadata"]["labels"].is_null() && labels.is_object() {
                 v["metadata"]["labels"] = labels;
@@ -134,14 +143,14 @@ pub fn workload(def: &ResourceDef, v: &mut Value, uid: &str) {
                     "updateStrategy",
                     json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}),
                 );
-                template(s);
+                template(s, kube);
             }
             or_status(
                 v,
                 json!({"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}),
             );
         }
-        ("batch", "jobs") => job(v, uid),
+        ("batch", "jobs") => job(v, uid, kube),
         ("", "secrets") => secret(v),
         _ => {}
     }
@@ -177,7 +186,7 @@ fn or_status(v: &mut Value, status: Value) {
 
 /// A Job: the `controller-uid`/`job-name` labels and selector the registry generates
 /// (unless `manualSelector`), completions, parallelism and backoffLimit.
-fn job(v: &mut Value, uid: &str) {
+fn job(v: &mut Value, uid: &str, kube: KubeVersion) {
     let name = v["metadata"]["name"].clone();
     let manual = v["spec"]["manualSelector"].as_bool() == Some(true);
     if !manual {
@@ -214,7 +223,7 @@ fn job(v: &mut Value, uid: &str) {
         or_insert(s, "completions", 1.into());
         or_insert(s, "parallelism", 1.into());
         or_insert(s, "backoffLimit", 6.into());
-        template(s);
+        template(s, kube);
     }
     or_status(v, json!({}));
 }

@@ -1,6 +1,9 @@
 //! Discovery and other non-resource paths: `/api`, `/apis`, the groups'
-//! resource lists, `/version`, and minimal OpenAPI documents for kubectl.
+//! resource lists, `/version` (each the release's own, `--kube-version`), and minimal
+//! OpenAPI documents for kubectl (generated from what is served: the real ones are
+//! megabytes).
 
+use crate::sim::kube_version::KubeVersion;
 use crate::sim::resources::custom::Registry;
 use crate::sim::resources::{self, builtin, ResourceDef};
 use serde_json::{json, Value};
@@ -9,21 +12,33 @@ use serde_json::{json, Value};
 pub const MAJOR: &str = "1";
 pub const MINOR: &str = "34";
 
-pub fn version() -> Value {
+/// `/version`: on 1.37, 1.37.2's own (captured with its discovery documents); on 1.20, the
+/// sim's.
+pub fn version(kube: KubeVersion) -> Value {
+    let captured = builtin::version_info(kube);
+    if kube == KubeVersion::V1_37 && captured.is_object() {
+        return captured.clone();
+    }
     json!({"major": MAJOR, "minor": MINOR, "gitVersion": format!("v{MAJOR}.{MINOR}.0-tollgate-sim"),
            "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
            "buildDate": "2026-11-01T00:00:00Z", "goVersion": "go1.24.0", "compiler": "gc", "platform": "linux/amd64"})
 }
 
-/// `APIResourceList` for a group version: 1.20's as served (`resources::builtin`), the
-/// simulator's own extra (`selfsubjectreviews`), and what CRDs add; `None` when not served.
-pub fn resource_list(custom: &Registry, group: &str, version: &str) -> Option<Value> {
+/// `APIResourceList` for a group version: the release's as served (`resources::builtin`),
+/// the simulator's own extra (`selfsubjectreviews`, which 1.20 did not list), and what CRDs
+/// add; `None` when not served.
+pub fn resource_list(
+    kube: KubeVersion,
+    custom: &Registry,
+    group: &str,
+    version: &str,
+) -> Option<Value> {
     let gv = if group.is_empty() {
         version.to_string()
     } else {
         format!("{group}/{version}")
     };
-    let mut list = builtin::resource_list(&gv).cloned().unwrap_or_else(
+    let mut list = builtin::resource_list(kube, &gv).cloned().unwrap_or_else(
         || json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": []}),
     );
     let mut items: Vec<Value> = Vec::new();
@@ -35,7 +50,11 @@ pub fn resource_list(custom: &Registry, group: &str, version: &str) -> Option<Va
         items.extend(c.discovery(version));
     }
     let resources = list["resources"].as_array_mut()?;
-    resources.extend(items);
+    for item in items {
+        if !resources.iter().any(|r| r["name"] == item["name"]) {
+            resources.push(item);
+        }
+    }
     if resources.is_empty() {
         return None;
     }
@@ -47,10 +66,10 @@ pub fn api_versions(server_address: &str) -> Value {
            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]})
 }
 
-/// `/apis`: 1.20's groups, then the CRDs' (one entry per group, its versions in the
+/// `/apis`: the release's groups, then the CRDs' (one entry per group, its versions in the
 /// order the CRDs list them).
-pub fn group_list(custom: &Registry) -> Value {
-    let mut list = builtin::group_list().clone();
+pub fn group_list(kube: KubeVersion, custom: &Registry) -> Value {
+    let mut list = builtin::group_list(kube).clone();
     let Some(groups) = list["groups"].as_array_mut() else {
         return list;
     };
@@ -81,8 +100,8 @@ pub fn group_list(custom: &Registry) -> Value {
     list
 }
 
-pub fn api_group(custom: &Registry, name: &str) -> Option<Value> {
-    let list = group_list(custom);
+pub fn api_group(kube: KubeVersion, custom: &Registry, name: &str) -> Option<Value> {
+    let list = group_list(kube, custom);
     let mut g = list["groups"]
         .as_array()?
         .iter()
@@ -97,8 +116,8 @@ pub fn api_group(custom: &Registry, name: &str) -> Option<Value> {
 }
 
 /// Every group version served, for the OpenAPI root.
-fn group_versions(custom: &Registry) -> Vec<(String, String)> {
-    let list = group_list(custom);
+fn group_versions(kube: KubeVersion, custom: &Registry) -> Vec<(String, String)> {
+    let list = group_list(kube, custom);
     let mut out = Vec::new();
     for g in list["groups"].as_array().into_iter().flatten() {
         for v in g["versions"].as_array().into_iter().flatten() {
@@ -111,10 +130,16 @@ fn group_versions(custom: &Registry) -> Vec<(String, String)> {
 }
 
 /// The resources served in a group version: built-ins, then custom ones.
-fn defs_in(custom: &Registry, group: &str, version: &str) -> Vec<&'static ResourceDef> {
+fn defs_in(
+    kube: KubeVersion,
+    custom: &Registry,
+    group: &str,
+    version: &str,
+) -> Vec<&'static ResourceDef> {
     let mut defs: Vec<&'static ResourceDef> = resources::builtins()
         .iter()
         .filter(|r| r.group == group && r.version == version && r.supports_verb("get"))
+        .filter(|r| resources::lookup_in(kube, r.group, r.version, r.name).is_some())
         .collect();
     for c in custom.served() {
         defs.extend(
@@ -128,13 +153,13 @@ fn defs_in(custom: &Registry, group: &str, version: &str) -> Vec<&'static Resour
 }
 
 /// `/openapi/v3`: where each group version's document is.
-pub fn openapi_v3_root(custom: &Registry) -> Value {
+pub fn openapi_v3_root(kube: KubeVersion, custom: &Registry) -> Value {
     let mut paths = serde_json::Map::new();
     paths.insert(
         "api/v1".into(),
         json!({"serverRelativeURL": "/openapi/v3/api/v1?hash=sim"}),
     );
-    for (g, v) in group_versions(custom) {
+    for (g, v) in group_versions(kube, custom) {
         paths.insert(
             format!("apis/{g}/{v}"),
             json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/{v}?hash=sim")}),
@@ -145,8 +170,13 @@ pub fn openapi_v3_root(custom: &Registry) -> Value {
 
 /// A minimal OpenAPI v3 document for a group version: one schema per kind,
 /// open to any fields, carrying the group-version-kind kubectl looks up.
-pub fn openapi_v3(custom: &Registry, group: &str, version: &str) -> Option<Value> {
-    let defs = defs_in(custom, group, version);
+pub fn openapi_v3(
+    kube: KubeVersion,
+    custom: &Registry,
+    group: &str,
+    version: &str,
+) -> Option<Value> {
+    let defs = defs_in(kube, custom, group, version);
     if defs.is_empty() {
         return None;
     }

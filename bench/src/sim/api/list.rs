@@ -57,6 +57,7 @@ pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<ListP
             start: Some(start),
             filter,
             from_cache: false,
+            fresh: false,
         });
     }
     let (read_at, from_cache) =
@@ -90,6 +91,7 @@ pub fn plan(def: &ResourceDef, namespace: &str, o: &ListOptions) -> Result<ListP
         start: None,
         filter,
         from_cache,
+        fresh: false,
     })
 }
 
@@ -180,6 +182,7 @@ pub fn shape(
             .map(|r| r.value.as_str());
     let mut s = ListShape {
         from_etcd,
+        revision_check: false,
         ..ListShape::default()
     };
     for (_, o) in map.range::<_, str>((from, Bound::Unbounded)) {

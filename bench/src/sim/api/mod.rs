@@ -56,6 +56,8 @@ pub struct ApiConfig {
     /// `--controllers`: a garbage collector runs, so deletes honour `propagationPolicy`
     /// (Foreground and Orphan leave the owner to it, with its finalizer).
     pub garbage_collector: bool,
+    /// `--kube-version`: the release whose rules and documents the sim answers with.
+    pub kube_version: crate::sim::kube_version::KubeVersion,
 }
 
 /// Everything a request may touch.
@@ -135,11 +137,14 @@ impl Api {
             return self.non_resource(req, &info, &user).await;
         }
         let Some(def) = self.resource(&info) else {
-            if !resources::serves_group_version(&info.group, &info.version)
-                && !self
-                    .store
-                    .custom()
-                    .serves_group_version(&info.group, &info.version)
+            if !resources::serves_group_version(
+                self.config.kube_version,
+                &info.group,
+                &info.version,
+            ) && !self
+                .store
+                .custom()
+                .serves_group_version(&info.group, &info.version)
             {
                 // No API group installed there: kube-apiserver's mux answers in plain text.
                 return respond::plain(StatusCode::NOT_FOUND, "404 page not found\n");
@@ -192,7 +197,13 @@ impl Api {
 
     /// The resource a request names: a built-in, or one a CRD serves.
     fn resource(&self, info: &RequestInfo) -> Option<&'static ResourceDef> {
-        resources::lookup(&info.group, &info.version, &info.resource).or_else(|| {
+        resources::lookup_in(
+            self.config.kube_version,
+            &info.group,
+            &info.version,
+            &info.resource,
+        )
+        .or_else(|| {
             let c = self
                 .store
                 .custom()

@@ -5,7 +5,7 @@ use super::discovery;
 use super::respond::{self, Body};
 use super::{read_body, Api};
 use crate::sim::auth::user::UserInfo;
-use crate::sim::resources;
+use crate::sim::resources::{self, ResourceDef};
 use apimodel::{RequestInfo, Status};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -21,30 +21,35 @@ impl Api {
         let path = info.path.trim_end_matches('/');
         let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
         let ok = |v: serde_json::Value| respond::json_value(StatusCode::OK, &v);
+        let kube = self.config.kube_version;
         match (req.method(), parts.as_slice()) {
             (&Method::GET, ["healthz" | "livez" | "readyz", ..]) => {
                 respond::plain(StatusCode::OK, "ok")
             }
-            (&Method::GET, ["version"]) => ok(discovery::version()),
+            (&Method::GET, ["version"]) => ok(discovery::version(kube)),
             (&Method::GET, ["metrics"]) => self.metrics_text(),
             (&Method::GET, ["api"]) => ok(discovery::api_versions(&self.config.server_address)),
-            (&Method::GET, ["api", v]) => discovery::resource_list(self.store.custom(), "", v)
-                .map_or_else(|| not_found(path), ok),
-            (&Method::GET, ["apis"]) => ok(discovery::group_list(self.store.custom())),
-            (&Method::GET, ["apis", g]) => {
-                discovery::api_group(self.store.custom(), g).map_or_else(|| not_found(path), ok)
+            (&Method::GET, ["api", v]) => {
+                discovery::resource_list(kube, self.store.custom(), "", v)
+                    .map_or_else(|| not_found(path), ok)
             }
-            (&Method::GET, ["apis", g, v]) => discovery::resource_list(self.store.custom(), g, v)
+            (&Method::GET, ["apis"]) => ok(discovery::group_list(kube, self.store.custom())),
+            (&Method::GET, ["apis", g]) => discovery::api_group(kube, self.store.custom(), g)
                 .map_or_else(|| not_found(path), ok),
+            (&Method::GET, ["apis", g, v]) => {
+                discovery::resource_list(kube, self.store.custom(), g, v)
+                    .map_or_else(|| not_found(path), ok)
+            }
             (&Method::GET, ["openapi", "v3"]) => {
-                ok(discovery::openapi_v3_root(self.store.custom()))
+                ok(discovery::openapi_v3_root(kube, self.store.custom()))
             }
             (&Method::GET, ["openapi", "v3", "api", v]) => {
-                discovery::openapi_v3(self.store.custom(), "", v)
+                discovery::openapi_v3(kube, self.store.custom(), "", v)
                     .map_or_else(|| not_found(path), ok)
             }
             (&Method::GET, ["openapi", "v3", "apis", g, v]) => {
-                discovery::openapi_v3(self.store.custom(), g, v).map_or_else(|| not_found(path), ok)
+                discovery::openapi_v3(kube, self.store.custom(), g, v)
+                    .map_or_else(|| not_found(path), ok)
             }
             (&Method::POST, ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]) => {
                 if let Err(s) = read_body(req.into_body(), self.config.max_body_bytes).await {
@@ -66,7 +71,18 @@ impl Api {
             .report(resources::slots(), |i| self.store.count(i));
         // One series per resource, as kube-apiserver counts them: versions of a group add up.
         let mut by_name = std::collections::BTreeMap::<String, usize>::new();
-        for def in self.store.defs().iter().filter(|d| d.supports_verb("list")) {
+        let kube = self.config.kube_version;
+        // The release's own kinds (the store has a slot for both releases'), and CRDs'.
+        let served = |d: &ResourceDef| {
+            d.is_custom() || resources::lookup_in(kube, d.group, d.version, d.name).is_some()
+        };
+        for def in self
+            .store
+            .defs()
+            .iter()
+            .filter(|d| d.supports_verb("list"))
+            .filter(|d| served(d))
+        {
             let name = if def.group.is_empty() {
                 def.name.to_string()
             } else {

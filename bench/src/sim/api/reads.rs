@@ -7,7 +7,9 @@ use super::watch::{self, WatchCtx};
 use super::{scope, table, Api};
 use crate::sim::clock;
 use crate::sim::inflight::InflightGuard;
+use crate::sim::kube_version::{CacheState, ListRead, ServedBy};
 use crate::sim::metrics::{LongRunningLabels, StorageListLabels};
+use crate::sim::model::ListShape;
 use crate::sim::resources::{self, ResourceDef};
 use crate::sim::storage::read::{ListPlan, ReadAt};
 use apimodel::{RequestInfo, Status};
@@ -16,21 +18,33 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 impl Api {
-    /// Which store serves a LIST (issue 5): consistent LISTs from the cache with
-    /// `--consistent-reads-from-cache` once it is ready; while the cache is cold
-    /// after a modeled restart, cache reads go to storage, or get 503 with
-    /// `--reject-until-cache-ready`. Exact revisions and continue tokens always
-    /// read storage.
-    fn choose_store(&self, mut plan: ListPlan) -> Result<ListPlan, Status> {
+    /// Which store serves a LIST: the release's rule (`sim::kube_version`; with
+    /// `--consistent-reads-from-cache`, consistent LISTs from the cache on 1.20 too). While the
+    /// cache is cold after a modeled restart, cache reads go to storage, or get 503 with
+    /// `--reject-until-cache-ready`. Returns the plan and whether the cache first asked etcd
+    /// for its current revision (a consistent read from the cache).
+    fn choose_store(&self, mut plan: ListPlan) -> Result<(ListPlan, bool), Status> {
         let m = &self.model;
         let ready = m.cache_ready();
-        if !plan.from_cache
-            && m.config.consistent_reads_from_cache
-            && ready
-            && plan.read_at == ReadAt::Latest
-            && plan.start.is_none()
-        {
+        let read = match (plan.read_at, &plan.start) {
+            (ReadAt::Latest, None) if !plan.from_cache => ListRead::Consistent,
+            (ReadAt::Exact(rv), _) => ListRead::Exact(rv),
+            _ => ListRead::AnyRecent,
+        };
+        let cache = CacheState {
+            ready,
+            oldest: self.store.compacted(),
+            newest: self.store.revision(),
+        };
+        let served =
+            self.config
+                .kube_version
+                .list_store(read, cache, m.config.consistent_reads_from_cache);
+        let mut revision_check = false;
+        if let ServedBy::Cache { revision_check: r } = served {
             plan.from_cache = true;
+            plan.fresh = r;
+            revision_check = r;
         }
         if plan.from_cache && !ready {
             if m.config.reject_until_cache_ready {
@@ -40,7 +54,7 @@ impl Api {
             }
             plan.from_cache = false;
         }
-        Ok(plan)
+        Ok((plan, revision_check))
     }
 
     pub(super) async fn get(
@@ -93,16 +107,16 @@ impl Api {
     ) -> Response<Body> {
         let result = match list::plan(def, &info.namespace, &info.options) {
             Ok(plan) => match self.choose_store(plan) {
-                Ok(plan) => self
+                Ok((plan, revision_check)) => self
                     .storage
                     .list(def, &plan)
                     .await
-                    .map(|(rv, map, from_etcd)| (plan, rv, map, from_etcd)),
+                    .map(|(rv, map, from_etcd)| (plan, rv, map, from_etcd, revision_check)),
                 Err(s) => Err(s),
             },
             Err(s) => Err(s),
         };
-        let (plan, rv, map, from_etcd) = match result {
+        let (plan, rv, map, from_etcd, revision_check) = match result {
             Ok(x) => x,
             Err(s) => {
                 self.count(info, def, s.code, started);
@@ -111,8 +125,9 @@ impl Api {
         };
         // The modeled cost: what the apiserver reads, evaluates and sends,
         // waited for before the first byte (1.20 builds the whole list first).
-        let shape = self.model.enabled().then(|| {
-            list::shape(
+        let shape = self.model.enabled().then(|| ListShape {
+            revision_check: revision_check && !from_etcd,
+            ..list::shape(
                 def,
                 &map,
                 &plan.filter,
@@ -159,12 +174,7 @@ impl Api {
                 .list_returned
                 .get_or_create(&l)
                 .inc_by(stats.returned);
-            if from_etcd {
-                let r = crate::sim::metrics::ResourceLabels {
-                    resource: def.name.to_string(),
-                };
-                api.metrics.storage_lists.get_or_create(&r).inc();
-            }
+            api.metrics.count_storage_list(def, from_etcd);
             api.count(&info2, def, 200, started);
         });
         let body = list::body(def, rv, map, plan, encoding, clock::now_unix(), on_done);
@@ -248,6 +258,7 @@ impl Api {
             def,
             encoding,
             bookmark_every: self.config.bookmark_every,
+            kube_version: self.config.kube_version,
             // Ends with the server, or with this incarnation at a modeled crash.
             shutdown: self.model.connections(),
             guard: Box::new(done),

@@ -5,6 +5,7 @@
 
 use super::respond::{channel_body, Body, Encoding};
 use super::table;
+use crate::sim::kube_version::KubeVersion;
 use crate::sim::resources::ResourceDef;
 use crate::sim::storage::object::Obj;
 use crate::sim::storage::read::Filter;
@@ -103,6 +104,8 @@ pub struct WatchCtx {
     pub def: &'static ResourceDef,
     pub encoding: Encoding,
     pub bookmark_every: Duration,
+    /// The release whose encoding of a bookmark's object is sent.
+    pub kube_version: KubeVersion,
     /// Cancelled when the server stops (or, later, crashes): the stream ends.
     pub shutdown: CancellationToken,
     /// Held for as long as the stream lives (gauges, in-flight accounting).
@@ -120,6 +123,7 @@ pub fn start(ctx: WatchCtx, plan: WatchPlan) -> Body {
             def: ctx.def,
             encoding: ctx.encoding,
             filter: plan.filter,
+            kube_version: ctx.kube_version,
             tx,
         };
         tokio::select! {
@@ -136,6 +140,7 @@ struct Watcher {
     def: &'static ResourceDef,
     encoding: Encoding,
     filter: Filter,
+    kube_version: KubeVersion,
     tx: mpsc::Sender<Bytes>,
 }
 
@@ -270,8 +275,11 @@ impl Watcher {
     }
 
     fn bookmark(&self, buf: &mut BytesMut, rv: u64, initial_events_end: bool) {
-        let mut meta =
-            serde_json::json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
+        let mut meta = serde_json::json!({"resourceVersion": rv.to_string()});
+        // 1.20 encodes the unset timestamp as `null`; the current release leaves it out.
+        if self.kube_version == KubeVersion::V1_20 {
+            meta["creationTimestamp"] = serde_json::Value::Null;
+        }
         if initial_events_end {
             meta["annotations"] = serde_json::json!({"k8s.io/initial-events-end": "true"});
         }

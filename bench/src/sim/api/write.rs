@@ -181,7 +181,7 @@ pub async fn create(
     v["apiVersion"] = def.api_version().into();
     v["kind"] = def.kind.into();
     apply_defaults(def, &mut v);
-    defaults::workload(def, &mut v, &uid);
+    defaults::workload(def, &mut v, &uid, api.config.kube_version);
     check_custom(api, def, &name, &mut v)?;
     let k = key(&ns, &name);
     let is_crd = is_crd(def);

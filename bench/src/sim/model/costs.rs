@@ -139,6 +139,10 @@ constants! {
 pub struct ListShape {
     /// Served from etcd (true) or the watch cache.
     pub from_etcd: bool,
+    /// From the watch cache after asking etcd for its current revision: a consistent LIST
+    /// on a release that serves them from the cache (`sim::kube_version`). One request to
+    /// etcd that reads no objects.
+    pub revision_check: bool,
     /// Objects read (from etcd: the whole key range; from the cache: the range, or the index hits).
     pub fetched: u64,
     pub fetched_bytes: u64,
@@ -197,6 +201,13 @@ impl Constants {
         } else {
             Demand {
                 cpu_before: self.request_cpu,
+                // kube-apiserver's `getCurrentResourceVersion`: a range request for the
+                // resource's prefix key, which holds no object.
+                etcd_read: if s.revision_check {
+                    self.etcd_range_cpu
+                } else {
+                    0.0
+                },
                 cpu_after: (self.cache_per_object + self.selector_per_object) * s.evaluated as f64
                     + encode,
                 memory: self.encode_memory_per_byte * s.returned_bytes as f64,
@@ -290,6 +301,7 @@ mod tests {
     fn all_pods(from_etcd: bool) -> ListShape {
         ListShape {
             from_etcd,
+            revision_check: false,
             fetched: 10_000,
             fetched_bytes: 33_000_000,
             evaluated: 10_000,
@@ -326,6 +338,7 @@ mod tests {
         };
         let indexed = ListShape {
             from_etcd: false,
+            revision_check: false,
             fetched: 50,
             fetched_bytes: 165_000,
             evaluated: 50,
@@ -341,6 +354,41 @@ mod tests {
         assert!(sel.memory > 0.5 * full.memory);
         // … and a hundredth of it from the cache.
         assert!(total(&idx) < 0.01 * total(&full), "{idx:?}");
+    }
+
+    /// The consistent LIST of 10,000 pods as each release serves it (`sim::kube_version`):
+    /// 1.20 reads every pod from etcd; 1.37 asks etcd for its revision and reads the cache.
+    #[test]
+    fn a_consistent_list_reads_etcd_on_1_20_and_only_its_revision_on_1_37() {
+        use crate::sim::kube_version::{CacheState, KubeVersion, ListRead, ServedBy};
+        let c = Constants::default();
+        let cache = CacheState {
+            ready: true,
+            oldest: 1,
+            newest: 10_000,
+        };
+        let demand = |v: KubeVersion| {
+            let shape = match v.list_store(ListRead::Consistent, cache, false) {
+                ServedBy::Etcd => all_pods(true),
+                ServedBy::Cache { revision_check } => ListShape {
+                    revision_check,
+                    ..all_pods(false)
+                },
+            };
+            c.list(&shape)
+        };
+        let old = demand(KubeVersion::V1_20);
+        let new = demand(KubeVersion::V1_37);
+        // 1.20: a range read of 10,000 keys and 33 MB.
+        let range = c.etcd_range_cpu + c.etcd_range_per_key * 1e4 + c.etcd_range_per_byte * 33e6;
+        assert!((old.etcd_read - range).abs() < 1e-9, "{old:?}");
+        // 1.37: one revision request, no object read from etcd, nothing decoded from it.
+        assert_eq!(new.etcd_read, c.etcd_range_cpu, "{new:?}");
+        assert!(new.etcd_read < 0.01 * old.etcd_read);
+        assert!(new.memory < 0.5 * old.memory && new.garbage < 0.5 * old.garbage);
+        assert!(new.cpu() < old.cpu());
+        // Encoding what is sent costs the same on both.
+        assert!(new.cpu_after >= c.encode_per_byte * 33e6);
     }
 
     #[test]

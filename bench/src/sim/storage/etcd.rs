@@ -335,6 +335,7 @@ impl EtcdStore {
             start: None,
             filter: Filter::default(),
             from_cache: false,
+            fresh: false,
         };
         for def in cache.defs() {
             maps[def.index] = self.list(def, &plan).await?.1;

@@ -7,7 +7,13 @@
 //!   caught up with their revision (read-your-writes), or 504 after
 //!   `--watch-cache-wait-timeout`. Consistent reads (GET or LIST without
 //!   resourceVersion), exact revisions and continue tokens read etcd;
-//!   `resourceVersion=0` and NotOlderThan read the cache, as kube-apiserver does.
+//!   `resourceVersion=0` and NotOlderThan read the cache, as kube-apiserver 1.20 does.
+//!   With `--kube-version 1.37` the API layer sends consistent LISTs, exact revisions and
+//!   continues the cache still holds to the cache ([`read::ListPlan::fresh`]: a consistent
+//!   one first waits until the cache has seen etcd's current revision, else falls back to
+//!   etcd). The cache learns revisions only from events under `/registry/` (no progress
+//!   notifications): a write to another prefix of the same etcd makes such LISTs wait out
+//!   the timeout and read etcd.
 //!
 //! Both serve a [`read::ListPlan`]: what a LIST asks for, built by the API layer from the
 //! request's options and defined here, so storage never reaches up into `api`.
@@ -127,22 +133,23 @@ impl Storage {
     ) -> Result<(u64, ObjMap, bool), Status> {
         let idx = resources::index_of(def);
         match &self.backend {
-            Backend::Etcd(etcd) if !plan.from_cache => {
-                if let read::ReadAt::Exact(at) = plan.read_at {
-                    // Our compaction policy first (etcd is compacted to it lazily).
-                    let oldest = self.cache.compacted();
-                    if at < oldest {
-                        return Err(expired(plan, self.cache.revision()));
+            Backend::Etcd(etcd) if !plan.from_cache => self.list_etcd(etcd, def, plan).await,
+            Backend::Etcd(etcd) => {
+                if plan.fresh {
+                    // A consistent read from the cache (KEP-2340): etcd's current revision
+                    // first; if the cache does not reach it within the wait, the LIST falls
+                    // back to etcd, as kube-apiserver does by default.
+                    let now = etcd
+                        .revision()
+                        .await
+                        .map_err(|e| Status::internal(e.to_string()))?;
+                    if self.wait_for_cache(now).await.is_err() {
+                        let mut direct = plan.clone();
+                        direct.from_cache = false;
+                        direct.fresh = false;
+                        return self.list_etcd(etcd, def, &direct).await;
                     }
                 }
-                match etcd.list(def, plan).await {
-                    Ok((rv, map)) => Ok((rv, map, true)),
-                    Err(StoreError::Compacted { .. }) => Err(expired(plan, self.cache.revision())),
-                    Err(e @ StoreError::TooNew(_)) => Err(Status::timeout(e.to_string())),
-                    Err(e) => Err(Status::internal(e.to_string())),
-                }
-            }
-            Backend::Etcd(_) => {
                 // Not older than N: the cache waits until it has seen N, as the
                 // apiserver's watch cache does, then serves it.
                 if let read::ReadAt::NotOlderThan(n) = plan.read_at {
@@ -153,6 +160,31 @@ impl Storage {
                 read::snapshot(&self.cache, idx, plan).map(|(rv, m)| (rv, m, false))
             }
             _ => read::snapshot(&self.cache, idx, plan).map(|(rv, m)| (rv, m, !plan.from_cache)),
+        }
+    }
+}
+
+impl Storage {
+    /// A LIST read from etcd, with kube-apiserver's answers for a revision it no longer has
+    /// (410) or has not reached (504).
+    async fn list_etcd(
+        &self,
+        etcd: &EtcdStore,
+        def: &'static ResourceDef,
+        plan: &ListPlan,
+    ) -> Result<(u64, ObjMap, bool), Status> {
+        if let read::ReadAt::Exact(at) = plan.read_at {
+            // Our compaction policy first (etcd is compacted to it lazily).
+            let oldest = self.cache.compacted();
+            if at < oldest {
+                return Err(expired(plan, self.cache.revision()));
+            }
+        }
+        match etcd.list(def, plan).await {
+            Ok((rv, map)) => Ok((rv, map, true)),
+            Err(StoreError::Compacted { .. }) => Err(expired(plan, self.cache.revision())),
+            Err(e @ StoreError::TooNew(_)) => Err(Status::timeout(e.to_string())),
+            Err(e) => Err(Status::internal(e.to_string())),
         }
     }
 }

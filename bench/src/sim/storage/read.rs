@@ -79,6 +79,9 @@ pub struct ListPlan {
     pub filter: Filter,
     /// True when served from the watch cache (what the metrics' `storage` label reports).
     pub from_cache: bool,
+    /// A consistent read from the watch cache (`--kube-version 1.37`): with etcd behind it, it
+    /// first asks etcd for its current revision and waits until the cache has seen it.
+    pub fresh: bool,
 }
 
 /// The message the apiserver sends with a 410 for a continue token older than compaction.
