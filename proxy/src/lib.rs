@@ -20,7 +20,7 @@
 //! Around them:
 //! - [`server`]: `serve` and the drain; starts the background loops with
 //!   narrow handles: health checks ([`forward::UpstreamPool::health_loop`]),
-//!   the metrics [`scrape`], the heavy lane's dispatcher
+//!   the metrics [`scrape`], the upstream's [`release`] (its `/version`), the heavy lane's dispatcher
 //!   ([`admit::Admission::dispatch_loop`]), the budget's controller
 //!   ([`admit::Admission::budget_loop`]), the [`containers`] count, the
 //!   identity headers the apiserver trusts ([`requestheader::learn_loop`]).
@@ -64,6 +64,7 @@ pub mod metrics;
 pub mod observe;
 pub mod pattern;
 pub mod predict;
+pub mod release;
 pub mod requestheader;
 pub mod scrape;
 pub mod server;

@@ -1,5 +1,5 @@
 //! Serving and draining: start the background loops (health checks, the
-//! metrics scrape, the heavy lane's dispatcher, the budget's controller, the
+//! metrics scrape, the upstream's release, the heavy lane's dispatcher, the budget's controller, the
 //! shared budget's renewal through etcd, the container count,
 //! the identity headers' refresh, the certificate files' reload) with the narrow handles each needs, the admin listener, and
 //! the client listener ([`crate::accept`]); at `shutdown`, stop accepting, close the
@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::release::ReleaseProbe;
 use crate::scrape::Scraper;
 use crate::tls::serving;
 use crate::{accept, admin, containers, requestheader};
@@ -62,6 +63,12 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         failures: gateway.metrics().scrape_failures.clone(),
     };
     tokio::spawn(scraper.run(stop.clone()));
+    let probe = ReleaseProbe {
+        pool: pool.clone(),
+        patterns: gateway.pattern_store().clone(),
+        metrics: gateway.metrics().clone(),
+    };
+    tokio::spawn(probe.run(stop.clone()));
     let (config, recoveries) = (gateway.current_config().clone(), pool.clone());
     tokio::spawn(gateway.admission().clone().dispatch_loop(
         move || config.get(),

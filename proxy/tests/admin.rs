@@ -351,3 +351,45 @@ async fn token_reviews_name_token_clients_in_the_background() {
     );
     tg.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_version_is_counted_and_consistent_lists_stay_priced_as_etcd() {
+    // The stub answers `/version` with `ok`: no Kubernetes release in it.
+    let up = Upstream::start(None).await;
+    let tg = start(config(&[&up.url])).await;
+    let g = tg.gateway.clone();
+    eventually(
+        "the /version read",
+        std::time::Duration::from_secs(10),
+        || {
+            let m = g.encode_metrics().unwrap();
+            metric(
+                &m,
+                "tollgate_upstream_version_reads_total{result=\"unparsable\"}",
+            ) >= 1.0
+        },
+    )
+    .await;
+    let m = g.encode_metrics().unwrap();
+    assert_eq!(metric(&m, "tollgate_upstream_minor_version"), 0.0, "{m}");
+    assert_eq!(
+        metric(&m, "tollgate_upstream_version_reads_total{result=\"ok\"}"),
+        0.0
+    );
+    let client = h1_client();
+    let url = tg.url("http", "/api/v1/pods?size=3000");
+    assert_eq!(get_text(&client, &url).await.0, StatusCode::OK);
+    let p = g
+        .patterns()
+        .into_iter()
+        .find(|p| p.resource == "pods" && p.consistency.as_deref() == Some("consistent"))
+        .expect("the consistent LIST of pods");
+    assert_eq!(p.store, Some(tollgate::config::Store::Etcd), "{p:?}");
+    assert_eq!(
+        p.store_reason,
+        Some(tollgate::predict::StoreReason::UnknownVersion),
+        "{p:?}"
+    );
+    assert!(p.predicted_etcd_read_bytes > 0.0, "{p:?}");
+    tg.stop().await;
+}

@@ -10,7 +10,7 @@ mod bounds;
 pub mod diff;
 mod flags;
 
-pub use crate::predict::settings::{Patterns, Store};
+pub use crate::predict::settings::{Patterns, Store, StoreSetting};
 pub use flags::Flags;
 
 /// The configuration file's `apiVersion`.

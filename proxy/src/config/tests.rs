@@ -26,7 +26,11 @@ fn file_settings_and_mode_off() {
     assert_eq!(c.mode, Mode::Off);
     assert_eq!(c.listen, "127.0.0.1:1");
     assert_eq!(c.upstream.urls, vec!["https://a:6443".to_string()]);
-    assert_eq!(c.patterns.consistent_store, Store::WatchCache);
+    assert_eq!(c.patterns.consistent_store, StoreSetting::WatchCache);
+    assert_eq!(
+        Config::default().patterns.consistent_store,
+        StoreSetting::Auto
+    );
     assert_eq!(c.upstream.light_protocol, LightProtocol::Http2, "default");
     c.validate().expect("valid");
 }

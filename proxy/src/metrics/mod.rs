@@ -190,6 +190,10 @@ pub struct Metrics {
     pub budget_unlearned: Gauge,
     pub budget_decisions: Family<ReasonLabel, Counter>,
     pub scrape_failures: Family<ReasonLabel, Counter>,
+    /// Reads of the upstream's `/version`, by result (ok, error, unparsable).
+    pub version_reads: Family<ResultLabel, Counter>,
+    /// The upstream's minor release as its `/version` says; 0 while unknown.
+    pub upstream_minor: Gauge,
     /// Reads of `kube-system/extension-apiserver-authentication`, by result.
     pub requestheader_reads: Family<ResultLabel, Counter>,
     /// TokenReviews by outcome, and those not made (`limited`).
@@ -257,6 +261,8 @@ impl Metrics {
             budget_unlearned: Gauge::default(),
             budget_decisions: Family::default(),
             scrape_failures: Family::default(),
+            version_reads: Family::default(),
+            upstream_minor: Gauge::default(),
             requestheader_reads: Family::default(),
             token_reviews: Family::default(),
             guard_triggers: Family::default(),
@@ -288,6 +294,13 @@ impl Metrics {
     /// Every series of a family whose label values are a small fixed set, at zero: an alert
     /// can tell "never happened" from "not scraped", and `increase()` counts the first event.
     fn export_known_label_sets(&self) {
+        for result in crate::release::READ_RESULTS {
+            self.version_reads
+                .get_or_create(&ResultLabel {
+                    result: result.into(),
+                })
+                .inc_by(0);
+        }
         for reason in SCRAPE_FAILURE_REASONS {
             self.scrape_failures
                 .get_or_create(&ReasonLabel { reason })
@@ -455,6 +468,16 @@ impl Metrics {
             "tollgate_resource_objects",
             "Objects per resource as last scraped from the apiserver's metrics (one series per resource type the apiserver reports)",
             self.resource_objects.clone(),
+        );
+        r.register(
+            "tollgate_upstream_version_reads",
+            "Reads of the upstream's /version (at start and after it recovers), by result (ok, error, unparsable); without one, consistentStore auto prices consistent LISTs as etcd reads",
+            self.version_reads.clone(),
+        );
+        r.register(
+            "tollgate_upstream_minor_version",
+            "The upstream's Kubernetes minor release as its /version says (37 for v1.37.2), 0 while unknown: consistentStore auto prices consistent LISTs as watch-cache reads from 31",
+            self.upstream_minor.clone(),
         );
     }
 

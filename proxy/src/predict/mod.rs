@@ -26,11 +26,13 @@ use crate::decay::decay_factor;
 pub use crate::decay::DecayedHistogram;
 use crate::pattern::{Narrow, PatternKey, PatternVerb};
 
+pub mod release;
 pub mod settings;
 mod store;
 mod view;
 
-pub use settings::{Patterns, Store};
+pub use release::Release;
+pub use settings::{Patterns, Store, StoreSetting};
 pub use store::PatternStore;
 pub use view::PatternView;
 
@@ -261,6 +263,23 @@ pub struct PatternCache {
     consistent_lists: HashMap<String, u64>,
     /// Which store serves consistent LISTs of a resource, as learned.
     learned_store: FastMap<String, Store>,
+    /// The upstream's release, once its `/version` was read: the prior of
+    /// `consistentStore: auto`.
+    release: Option<Release>,
+}
+
+/// Why a pattern is priced as served by its store (`storeReason` in `/debug/patterns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StoreReason {
+    /// Learned for the resource from the apiserver's etcd LIST counter.
+    Learned,
+    /// Set in `patterns.*Store`.
+    Configured,
+    /// `consistentStore: auto`, by the upstream's release.
+    VersionPrior,
+    /// `consistentStore: auto` with the release unknown: etcd, the dearer guess.
+    UnknownVersion,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -278,7 +297,17 @@ impl PatternCache {
             objects: FastMap::default(),
             consistent_lists: HashMap::new(),
             learned_store: FastMap::default(),
+            release: None,
         }
+    }
+
+    /// The upstream's release, as its `/version` says (`None`: unknown).
+    pub fn set_release(&mut self, release: Option<Release>) {
+        self.release = release;
+    }
+
+    pub fn release(&self) -> Option<Release> {
+        self.release
     }
 
     /// Take new settings (a reload); learned statistics are kept.
@@ -299,16 +328,32 @@ impl PatternCache {
     }
 
     /// The store serving a pattern: configured per consistency class; for
-    /// consistent reads, what was learned for the resource wins.
+    /// consistent reads, what was learned for the resource wins, then the
+    /// setting, and with `auto` the upstream's release.
     pub fn store(&self, key: &PatternKey) -> Store {
+        self.store_and_reason(key).0
+    }
+
+    /// [`Self::store`] and why.
+    pub fn store_and_reason(&self, key: &PatternKey) -> (Store, StoreReason) {
         match key.consistency {
-            Some(ConsistencyClass::Cache) | None => self.settings.cache_store,
-            Some(ConsistencyClass::Consistent) => self
-                .learned_store
-                .get(&key.resource)
-                .copied()
-                .unwrap_or(self.settings.consistent_store),
-            Some(ConsistencyClass::Exact) => self.settings.exact_store,
+            Some(ConsistencyClass::Cache) | None => {
+                (self.settings.cache_store, StoreReason::Configured)
+            }
+            Some(ConsistencyClass::Consistent) => {
+                if let Some(learned) = self.learned_store.get(&key.resource) {
+                    return (*learned, StoreReason::Learned);
+                }
+                match (self.settings.consistent_store, self.release) {
+                    (StoreSetting::WatchCache, _) => (Store::WatchCache, StoreReason::Configured),
+                    (StoreSetting::Etcd, _) => (Store::Etcd, StoreReason::Configured),
+                    (StoreSetting::Auto, Some(r)) => {
+                        (r.consistent_store(), StoreReason::VersionPrior)
+                    }
+                    (StoreSetting::Auto, None) => (Store::Etcd, StoreReason::UnknownVersion),
+                }
+            }
+            Some(ConsistencyClass::Exact) => (self.settings.exact_store, StoreReason::Configured),
         }
     }
 

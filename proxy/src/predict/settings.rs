@@ -14,6 +14,17 @@ pub enum Store {
     Etcd,
 }
 
+/// `patterns.consistentStore`: a store, or `auto` — the upstream's release
+/// says ([`super::release`]): the watch cache from 1.31, etcd before, and etcd
+/// while the release is unknown (`/version` unread or unreadable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StoreSetting {
+    Auto,
+    WatchCache,
+    Etcd,
+}
+
 /// The pattern cache and predictor.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
@@ -34,9 +45,10 @@ pub struct Patterns {
     pub gzip_ratio: f64,
     /// Store that serves `cache` reads. Default `watchCache`.
     pub cache_store: Store,
-    /// Store that serves `consistent` reads. Default `etcd` (Kubernetes before
-    /// 1.31; set `watchCache` for newer clusters with consistent reads from cache).
-    pub consistent_store: Store,
+    /// Store that serves `consistent` reads. Default `auto`: by the
+    /// upstream's release (watch cache from 1.31, etcd before or unknown).
+    /// Either way, what is learned per resource from the apiserver's metrics wins.
+    pub consistent_store: StoreSetting,
     /// Store that serves `exact` reads. Default `etcd`.
     pub exact_store: Store,
 }
@@ -51,7 +63,7 @@ impl Default for Patterns {
             default_object_bytes: 4096.0,
             gzip_ratio: 8.0,
             cache_store: Store::WatchCache,
-            consistent_store: Store::Etcd,
+            consistent_store: StoreSetting::Auto,
             exact_store: Store::Etcd,
         }
     }

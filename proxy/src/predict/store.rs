@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
-use super::{view, PatternCache, PatternView, Patterns};
+use super::{view, PatternCache, PatternView, Patterns, Release};
 
 /// The shared pattern cache.
 #[derive(Debug)]
@@ -45,6 +45,15 @@ impl PatternStore {
         for (resource, n) in counts {
             cache.set_object_count(resource, *n);
         }
+    }
+
+    /// The upstream's release (`None`: unknown), the prior of `consistentStore: auto`.
+    pub fn set_release(&self, release: Option<Release>) {
+        self.lock().set_release(release);
+    }
+
+    pub fn release(&self) -> Option<Release> {
+        self.lock().release()
     }
 
     /// Consistent LISTs forwarded so far, per resource.

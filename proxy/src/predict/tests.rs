@@ -230,7 +230,7 @@ fn consistent_filtered_list_is_heavy_though_small() {
 
     // And configuration can say consistent reads come from the cache (1.31+).
     c.set_settings(Patterns {
-        consistent_store: Store::WatchCache,
+        consistent_store: StoreSetting::WatchCache,
         ..Patterns::default()
     });
     assert_eq!(c.predict(&by_node, t0).cost(), 2_000.0);
@@ -257,6 +257,85 @@ fn the_consistent_store_is_learned_from_etcd_list_counts() {
     assert_eq!(c.predict(&by_node, t0).cost(), 10_002_000.0);
     // Other resources keep the configured default.
     assert_eq!(c.store(&key("/api/v1/nodes")), Store::Etcd);
+}
+
+#[test]
+fn consistent_lists_are_priced_by_the_upstreams_release_until_learned() {
+    let mut c = cache();
+    let t0 = Instant::now();
+    c.observe(
+        &key("/api/v1/pods?resourceVersion=0"),
+        &full(10_000_000),
+        t0,
+    );
+    let consistent = key("/api/v1/pods");
+    let exact = key("/api/v1/pods?resourceVersion=77&resourceVersionMatch=Exact");
+    let page = key("/api/v1/pods?limit=500&continue=tok");
+    let release = |minor| Some(Release { major: 1, minor });
+    let priced =
+        |c: &PatternCache, k: &PatternKey| (c.store_and_reason(k), c.predict(k, t0).read_bytes);
+
+    // Unknown (auto, /version not read): etcd, the dearer guess.
+    assert_eq!(
+        priced(&c, &consistent),
+        ((Store::Etcd, StoreReason::UnknownVersion), 10_000_000.0)
+    );
+    // 1.20: a consistent LIST is a quorum read from etcd.
+    c.set_release(release(20));
+    assert_eq!(
+        priced(&c, &consistent),
+        ((Store::Etcd, StoreReason::VersionPrior), 10_000_000.0)
+    );
+    // 1.31 and later: from the watch cache, only its encoding costs.
+    for minor in [31, 37] {
+        c.set_release(release(minor));
+        assert_eq!(
+            priced(&c, &consistent),
+            ((Store::WatchCache, StoreReason::VersionPrior), 0.0)
+        );
+        let p = c.predict(&consistent, t0);
+        assert_eq!(p.cost(), p.response_bytes);
+    }
+    // Exact reads and continue pages keep etcd on every release (a revision may be past the
+    // cache's history); the cache class keeps the cache.
+    for k in [&exact, &page] {
+        let ((store, reason), read) = priced(&c, k);
+        assert_eq!(
+            (store, reason),
+            (Store::Etcd, StoreReason::Configured),
+            "{k}"
+        );
+        assert!(read > 0.0, "{k}");
+    }
+    assert_eq!(
+        c.store_and_reason(&key("/api/v1/pods?resourceVersion=0")),
+        (Store::WatchCache, StoreReason::Configured)
+    );
+    // Learned evidence beats the release: these pods came from etcd (a cache not fresh, say).
+    for _ in 0..5 {
+        c.observe(&consistent, &ok(10_000_000, 900), t0);
+    }
+    assert_eq!(c.learn_store("pods", 5.0, 5), Some(Store::Etcd));
+    assert_eq!(
+        c.store_and_reason(&consistent),
+        (Store::Etcd, StoreReason::Learned)
+    );
+    // A configured store beats the release, not the evidence.
+    c.set_settings(Patterns {
+        consistent_store: StoreSetting::Etcd,
+        ..Patterns::default()
+    });
+    assert_eq!(
+        c.store_and_reason(&key("/api/v1/nodes")),
+        (Store::Etcd, StoreReason::Configured)
+    );
+    assert_eq!(
+        c.snapshot(t0, 1.0)
+            .iter()
+            .find(|v| v.pattern == consistent.to_string())
+            .and_then(|v| v.store_reason),
+        Some(StoreReason::Learned)
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use tokio::time::Instant;
 
-use super::{PatternCache, PatternStats, Prediction, Store};
+use super::{PatternCache, PatternStats, Prediction, Store, StoreReason};
 use crate::enforce::decision::charge;
 use crate::pattern::PatternKey;
 
@@ -20,6 +20,8 @@ pub struct PatternView {
     pub consistency: Option<String>,
     /// For LISTs: the store assumed to serve it (`watchCache`, `etcd`).
     pub store: Option<Store>,
+    /// Why that store (`learned`, `configured`, `versionPrior`, `unknownVersion`).
+    pub store_reason: Option<StoreReason>,
     pub count: u64,
     pub rate: f64,
     pub bytes_avg: f64,
@@ -48,7 +50,7 @@ pub struct PatternView {
 pub struct Entry {
     key: PatternKey,
     stats: PatternStats,
-    store: Option<Store>,
+    store: Option<(Store, StoreReason)>,
     predicted: Prediction,
 }
 
@@ -60,7 +62,7 @@ impl PatternCache {
             .map(|(key, s)| Entry {
                 key: key.clone(),
                 stats: s.clone(),
-                store: key.is_list_like().then(|| self.store(key)),
+                store: key.is_list_like().then(|| self.store_and_reason(key)),
                 predicted: self.predict(key, now),
             })
             .collect()
@@ -95,7 +97,8 @@ pub fn views(
                 resource: key.resource.clone(),
                 scope: key.scope.as_str().to_string(),
                 consistency: key.consistency.map(|c| c.as_str().to_string()),
-                store: e.store,
+                store: e.store.map(|s| s.0),
+                store_reason: e.store.map(|s| s.1),
                 count: s.count,
                 rate: s.rate(half_life),
                 bytes_avg: s.bytes_mean().unwrap_or(0.0),

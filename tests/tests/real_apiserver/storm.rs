@@ -125,6 +125,56 @@ fn storm(
     Ok((p99, served, patch.clone()))
 }
 
+/// CPU seconds `pid` has used (user + system), from `/proc/PID/stat`.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// CPU seconds used by each named process while `f` ran, and the machine's load average after,
+/// printed beside a storm's figures: on a 2-core machine shared with builds they say whose
+/// cycles the heartbeats waited for.
+fn with_cpu<T>(
+    name: &str,
+    pids: &[(&str, String)],
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let before: Vec<Option<f64>> = pids.iter().map(|(_, pid)| cpu_seconds(pid)).collect();
+    let started = Instant::now();
+    let out = f()?;
+    let used: Vec<String> = pids
+        .iter()
+        .zip(before)
+        .map(|((who, pid), b)| match (b, cpu_seconds(pid)) {
+            (Some(b), Some(a)) => format!("{who} {:.1} s", a - b),
+            _ => format!("{who} ?"),
+        })
+        .collect();
+    eprintln!(
+        "{name}: CPU over {:.0} s: {}; load average {}",
+        started.elapsed().as_secs_f64(),
+        used.join(", "),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    Ok(out)
+}
+
+fn kube_pids(kube: &RealApiserver) -> Vec<(&'static str, String)> {
+    [
+        ("kube-apiserver", "KUBE_APISERVER_PID"),
+        ("etcd", "KUBE_ETCD_PID"),
+    ]
+    .into_iter()
+    .filter_map(|(who, var)| Some((who, kube.var(var).ok()?.to_string())))
+    .collect()
+}
+
 /// A fresh apiserver seeded with the storm's pods and nodes: each storm gets its own, since one
 /// storm's aftermath (memory, garbage collection, LISTs still being encoded for clients that gave
 /// up) slows the next one's heartbeats for tens of seconds.
@@ -149,14 +199,29 @@ fn seeded_apiserver(version: KubeVersion, work: &Path) -> anyhow::Result<RealApi
 }
 
 // On 1.20.2 by default, where the storm hurts: consistent LISTs are quorum reads from etcd.
-// On the current release (1.37.2) they are served from the watch cache, and on this 2-core
-// machine the same storm sent directly kept the heartbeats' p99 at 32-41 ms (one run under heavy
-// load: 116 ms), while through tollgate it was 52.8 and 64.2 ms in two runs on 2026-11-27, with
-// fewer LISTs served (110-112 against 160): the claim does not hold there yet (issue 33's open
-// part; tollgate's re-encryption of 33 MB LISTs shares the apiserver's two cores).
-// `--run-ignored all` runs it.
+// On the current release (1.37.2) they are served from the watch cache: the storm costs the
+// apiserver CPU (encoding 33 MB four times a second), not etcd reads, and whether that hurts the
+// heartbeats depends on whether the apiserver gets the CPU. With the machine's two cores to
+// itself the storm sent directly kept their p99 at 32-41 ms (below tollgate's 50 ms target) and
+// served all 160 LISTs; through tollgate (which admitted 110-112) it was 52.8 and 64.2 ms
+// (2026-11-27, before the release-based pricing): tollgate relaying 3.6 GB through TLS on both
+// sides, as a dev build, on the same two cores (~10 ms of tollgate CPU per MB relayed, measured
+// below) costs more than the storm it bounds. With the cores shared (load average 10-12 from
+// other builds, 2026-11-27 21:32-21:42, with the release-based pricing) the direct storm hurt:
+// p99 1102.8 and 474.1 ms, 2 and 17 LISTs served (the rest timed out at 60 s); through tollgate
+// 158.2 and 146.7 ms, 10 and 9 served (150/151 refused with 429), kube-apiserver 8.0-8.4 s of CPU
+// against 28.6-30.8 s direct, tollgate 3.4-3.8 s. A third run at load 6.7 falling to 4.5
+// (22:01) failed: direct p99 105.0 ms (p50 20.4, p95 67.2), 77 served; through tollgate p99
+// 128.1 ms (p50 8.5, p95 35.6), 16 served, tollgate 5.0 s of CPU: each LIST tollgate admits is a
+// burst of apiserver encoding and tollgate relaying on the shared cores, and the heartbeats
+// caught in those bursts are the p99, however few LISTs are admitted. So the assertion holds
+// when the storm is harmful enough, which on the current release is a property of the machine's
+// load, not of the storm: `#[ignore]`d there until the tier has a shape that harms the current apiserver
+// directly (one reaching etcd: LISTs of a resource without a watch cache, exact revisions past
+// the cache's history; loadgen seeds neither yet). `--run-ignored all` runs it; it prints the
+// CPU each process used.
 per_version!(
-    ignore_current = "fails on 1.37.2: the storm served from the watch cache is not harmful directly, and tollgate's heartbeat p99 was higher than direct (tests/tests/real_apiserver/storm.rs says why)";
+    ignore_current = "on 1.37.2 the storm is served from the watch cache: harmful only when the machine's CPU is short, so the outcome follows the machine's load (tests/tests/real_apiserver/storm.rs gives the figures)";
     default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists
 );
 
@@ -167,7 +232,9 @@ fn default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lis
     let (direct_p99, direct_served) = {
         let kube = seeded_apiserver(version, work.path())?;
         let ca = kube.file("KUBE_CA_CERT")?;
-        let (p99, served, _) = storm(&kube, &kube.url, &ca, work.path(), "direct", &|| true)?;
+        let (p99, served, _) = with_cpu("direct", &kube_pids(&kube), || {
+            storm(&kube, &kube.url, &ca, work.path(), "direct", &|| true)
+        })?;
         (p99, served)
     };
 
@@ -198,14 +265,18 @@ fn default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lis
             .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok())
             .is_some_and(|b| b["signal"]["baselineSeconds"].is_number())
     };
-    let (via_p99, via_served, via_patch) = storm(
-        &kube,
-        &tollgate.url,
-        &serving_ca,
-        work.path(),
-        "tollgate",
-        &has_baseline,
-    )?;
+    let mut pids = kube_pids(&kube);
+    pids.push(("tollgate", tollgate.pid().to_string()));
+    let (via_p99, via_served, via_patch) = with_cpu("tollgate", &pids, || {
+        storm(
+            &kube,
+            &tollgate.url,
+            &serving_ca,
+            work.path(),
+            "tollgate",
+            &has_baseline,
+        )
+    })?;
     let budget = tollgate.admin_get("/debug/budget").map(|(_, b)| b);
     eprintln!(
         "direct: heartbeat p99 {direct_p99:.1} ms, {direct_served} LISTs served; \
