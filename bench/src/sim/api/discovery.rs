@@ -8,9 +8,11 @@ use crate::sim::resources::custom::Registry;
 use crate::sim::resources::{self, builtin, ResourceDef};
 use serde_json::{json, Value};
 
-/// The Kubernetes version the simulator reports.
+/// The release the simulator reports under `--kube-version 1.20`: the one it models there, so a
+/// client that prices or behaves by `/version` (tollgate's `consistentStore: auto`) reads the
+/// rules it meets (consistent LISTs from etcd).
 pub const MAJOR: &str = "1";
-pub const MINOR: &str = "34";
+pub const MINOR: &str = "20";
 
 /// `/version`: on 1.37, 1.37.2's own (captured with its discovery documents); on 1.20, the
 /// sim's.
@@ -19,7 +21,7 @@ pub fn version(kube: KubeVersion) -> Value {
     if kube == KubeVersion::V1_37 && captured.is_object() {
         return captured.clone();
     }
-    json!({"major": MAJOR, "minor": MINOR, "gitVersion": format!("v{MAJOR}.{MINOR}.0-tollgate-sim"),
+    json!({"major": MAJOR, "minor": MINOR, "gitVersion": format!("v{MAJOR}.{MINOR}.2-tollgate-sim"),
            "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
            "buildDate": "2026-11-01T00:00:00Z", "goVersion": "go1.24.0", "compiler": "gc", "platform": "linux/amd64"})
 }
