@@ -29,7 +29,7 @@ pub mod inflight;
 pub mod latencies;
 #[cfg(test)]
 mod plant;
-pub mod settings;
+pub use crate::config::settings::budget as settings;
 pub mod shared;
 pub mod signal;
 pub mod unlearned;

@@ -9,28 +9,10 @@
 //! verified identities, except for rules of the `workload` and `heavy`
 //! lanes, where unverified service-account JWT claims may choose too.
 
-use serde::Deserialize;
-
 use super::settings::{LaneRule, Lanes};
 use crate::identity::Identity;
 
-/// A lane.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Lane {
-    /// Never limited: `system:masters`, health probes.
-    Exempt,
-    /// Node heartbeats and leases, the control plane, kube-system.
-    System,
-    /// Everything else that is light.
-    #[default]
-    Workload,
-    /// Requests whose predicted cost passes the threshold: the quota pool.
-    Heavy,
-    /// tollgate's own requests (health checks, scrapes, cluster size).
-    #[serde(rename = "self")]
-    SelfLane,
-}
+pub use crate::config::settings::enforce::Lane;
 
 impl Lane {
     pub const ALL: [Lane; 5] = [

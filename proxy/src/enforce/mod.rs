@@ -23,7 +23,7 @@ pub mod pool;
 pub mod ratelimit;
 pub mod retry;
 pub mod scaling;
-pub mod settings;
+pub use crate::config::settings::enforce as settings;
 pub mod share;
 pub mod slots;
 

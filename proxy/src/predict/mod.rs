@@ -26,7 +26,7 @@ use crate::decay::decay_factor;
 pub use crate::decay::DecayedHistogram;
 use crate::pattern::{Narrow, PatternKey, PatternVerb};
 
-pub mod settings;
+pub use crate::config::settings::predict as settings;
 mod store;
 mod view;
 
