@@ -14,48 +14,6 @@ use crate::identity::Identity;
 
 pub use crate::config::settings::enforce::Lane;
 
-impl Lane {
-    pub const ALL: [Lane; 5] = [
-        Lane::Exempt,
-        Lane::System,
-        Lane::Workload,
-        Lane::Heavy,
-        Lane::SelfLane,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Lane::Exempt => "exempt",
-            Lane::System => "system",
-            Lane::Workload => "workload",
-            Lane::Heavy => "heavy",
-            Lane::SelfLane => "self",
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        match self {
-            Lane::Exempt => 0,
-            Lane::System => 1,
-            Lane::Workload => 2,
-            Lane::Heavy => 3,
-            Lane::SelfLane => 4,
-        }
-    }
-
-    /// The configured in-flight limit (`0`: none).
-    pub fn limit(self, lanes: &Lanes) -> usize {
-        let l = &lanes.max_inflight;
-        match self {
-            Lane::Exempt => l.exempt,
-            Lane::System => l.system,
-            Lane::Workload => l.workload,
-            Lane::Heavy => l.heavy,
-            Lane::SelfLane => l.self_,
-        }
-    }
-}
-
 /// What lane assignment looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct Subject<'a> {

@@ -26,6 +26,48 @@ pub enum Lane {
     SelfLane,
 }
 
+impl Lane {
+    pub const ALL: [Lane; 5] = [
+        Lane::Exempt,
+        Lane::System,
+        Lane::Workload,
+        Lane::Heavy,
+        Lane::SelfLane,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Exempt => "exempt",
+            Lane::System => "system",
+            Lane::Workload => "workload",
+            Lane::Heavy => "heavy",
+            Lane::SelfLane => "self",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Lane::Exempt => 0,
+            Lane::System => 1,
+            Lane::Workload => 2,
+            Lane::Heavy => 3,
+            Lane::SelfLane => 4,
+        }
+    }
+
+    /// The configured in-flight limit (`0`: none).
+    pub fn limit(self, lanes: &Lanes) -> usize {
+        let l = &lanes.max_inflight;
+        match self {
+            Lane::Exempt => l.exempt,
+            Lane::System => l.system,
+            Lane::Workload => l.workload,
+            Lane::Heavy => l.heavy,
+            Lane::SelfLane => l.self_,
+        }
+    }
+}
+
 /// Admission's own settings: the `lanes`, `quota` and `relistGuard`
 /// sections of one configuration (see [`crate::config::Config::admission`]).
 #[derive(Debug, Clone, Copy)]
