@@ -35,6 +35,7 @@ use crate::budget::heavy::BudgetView;
 use crate::budget::latencies::{latency_queue, LatencyQueue, Whose, CAPACITY};
 use crate::budget::shared::gate::{EtcdGate, EtcdTicket};
 use crate::budget::unlearned::Start;
+use crate::config::settings::enforce::AdmissionSettings;
 use crate::enforce::decision::{Decision, Reason};
 use crate::enforce::drr::Refused;
 use crate::enforce::guard::Cause;
@@ -42,7 +43,6 @@ use crate::enforce::heavy::HeavyAdmission;
 use crate::enforce::lane::Lane;
 use crate::enforce::ratelimit::ClientRates;
 use crate::enforce::retry::{self, LogLimiter};
-use crate::enforce::settings::AdmissionSettings;
 use crate::enforce::slots::{LaneSlot, LaneSlots, SlotLimits, SlotOutcome};
 use crate::pattern::PatternKey;
 

@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use super::latencies::latency_queue;
 use super::plant::{Plant, PlantParams, Rng};
+use crate::config::settings::enforce::{AdmissionSettings, Lanes, Quota, RelistGuard};
 use crate::enforce::heavy::HeavyAdmission;
-use crate::enforce::settings::{AdmissionSettings, Lanes, Quota, RelistGuard};
 
 /// One client: LISTs of `cost` priced bytes at `per_minute`, Poisson.
 #[derive(Debug, Clone)]
@@ -323,7 +323,7 @@ struct ClientRate {
 }
 
 impl ClientRate {
-    fn take(&mut self, limit: &crate::enforce::settings::PerClient, t: f64) -> bool {
+    fn take(&mut self, limit: &crate::config::settings::enforce::PerClient, t: f64) -> bool {
         let rate = limit.requests_per_second;
         if !(rate.is_finite() && rate > 0.0) {
             return true;

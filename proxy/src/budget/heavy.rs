@@ -20,11 +20,11 @@ use tokio::time::Instant;
 
 use super::adaptive::{Controller, ControllerView, Decision, Observation, Reason};
 use super::inflight::InflightBudget;
-use super::settings::{
+use super::signal::{Signal, SignalView, Tail};
+use crate::config::settings::budget::{
     Adaptive, Bounds, QuotaMode, DEFAULT_BURST_BYTES, DEFAULT_BYTES_PER_SECOND,
     DEFAULT_INFLIGHT_BYTES,
 };
-use super::signal::{Signal, SignalView, Tail};
 
 /// The adaptive pool's burst, in seconds of its rate.
 pub const BURST: Duration = Duration::from_secs(1);
@@ -391,7 +391,9 @@ impl ByteBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::settings::{ADAPTIVE_MAX_BYTES_PER_SECOND, ADAPTIVE_MAX_INFLIGHT_BYTES};
+    use crate::config::settings::budget::{
+        ADAPTIVE_MAX_BYTES_PER_SECOND, ADAPTIVE_MAX_INFLIGHT_BYTES,
+    };
 
     const MB: f64 = 1_000_000.0;
 

@@ -107,7 +107,7 @@ impl LatencyDrain {
 mod tests {
     use super::*;
     use crate::budget::heavy::Ceilings;
-    use crate::budget::settings::{Adaptive, QuotaMode};
+    use crate::config::settings::budget::{Adaptive, QuotaMode};
 
     fn budget(now: Instant) -> ByteBudget {
         let ceilings = Ceilings {

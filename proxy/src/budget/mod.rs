@@ -29,6 +29,8 @@ pub mod inflight;
 pub mod latencies;
 #[cfg(test)]
 mod plant;
+/// The settings live with the configuration; this path stays for code (and
+/// tests) that name it here.
 pub use crate::config::settings::budget as settings;
 pub mod shared;
 pub mod signal;

@@ -19,10 +19,10 @@ use super::guard::RelistGuard;
 use super::lane::Lane;
 use super::pool::QuotaPool;
 use super::scaling;
-use super::settings::{AdmissionSettings, ScalingMode};
 use crate::budget::heavy::ByteBudget;
 use crate::budget::latencies::LatencyDrain;
 use crate::budget::unlearned::SingleFlight;
+use crate::config::settings::enforce::{AdmissionSettings, ScalingMode};
 use crate::pattern::PatternKey;
 
 /// Unlearned heavy-looking patterns tracked with a request in flight.
@@ -298,8 +298,8 @@ impl<W> HeavyQueue<W> {
 mod tests {
     use super::*;
     use crate::budget::latencies::latency_queue;
-    use crate::budget::settings::QuotaMode;
-    use crate::enforce::settings::{Lanes, Quota, RelistGuard as GuardSettings};
+    use crate::config::settings::budget::QuotaMode;
+    use crate::config::settings::enforce::{Lanes, Quota, RelistGuard as GuardSettings};
 
     const MB: f64 = 1_000_000.0;
 

@@ -9,7 +9,7 @@
 //! verified identities, except for rules of the `workload` and `heavy`
 //! lanes, where unverified service-account JWT claims may choose too.
 
-use super::settings::{LaneRule, Lanes};
+use crate::config::settings::enforce::{LaneRule, Lanes};
 use crate::identity::Identity;
 
 pub use crate::config::settings::enforce::Lane;
@@ -100,7 +100,7 @@ pub fn assign(lanes: &Lanes, s: &Subject<'_>) -> Lane {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::enforce::settings::default_rules;
+    use crate::config::settings::enforce::default_rules;
 
     fn cert(user: &str, groups: &[&str]) -> Identity {
         Identity::Certificate {

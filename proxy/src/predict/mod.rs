@@ -26,6 +26,8 @@ use crate::decay::decay_factor;
 pub use crate::decay::DecayedHistogram;
 use crate::pattern::{Narrow, PatternKey, PatternVerb};
 
+/// The settings live with the configuration; this path stays for code (and
+/// tests) that name it here.
 pub use crate::config::settings::predict as settings;
 mod store;
 mod view;

@@ -79,6 +79,8 @@ pub mod member;
 pub mod metrics;
 pub mod pace;
 pub mod session;
+/// The settings live with the configuration; this path stays for code (and
+/// tests) that name it here.
 pub use crate::config::settings::shared as settings;
 
 use std::time::Duration;
