@@ -11,9 +11,9 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::admit::Admission;
+use crate::config::settings::enforce::ScalingMode;
 use crate::config::{self, Config};
 use crate::enforce::lane::Lane;
-use crate::enforce::settings::ScalingMode;
 use crate::enforce::slots::{SlotLimits, SlotOutcome};
 use crate::forward::UpstreamPool;
 

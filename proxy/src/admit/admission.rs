@@ -35,14 +35,14 @@ use crate::budget::heavy::BudgetView;
 use crate::budget::latencies::{latency_queue, LatencyQueue, Whose, CAPACITY};
 use crate::budget::shared::gate::{EtcdGate, EtcdTicket};
 use crate::budget::unlearned::Start;
+use crate::config::settings::enforce::AdmissionSettings;
 use crate::enforce::decision::{Decision, Reason};
 use crate::enforce::drr::Refused;
 use crate::enforce::guard::Cause;
-use crate::enforce::heavy::HeavyLane;
+use crate::enforce::heavy::HeavyAdmission;
 use crate::enforce::lane::Lane;
 use crate::enforce::ratelimit::ClientRates;
 use crate::enforce::retry::{self, LogLimiter};
-use crate::enforce::settings::AdmissionSettings;
 use crate::enforce::slots::{LaneSlot, LaneSlots, SlotLimits, SlotOutcome};
 use crate::pattern::PatternKey;
 
@@ -238,7 +238,7 @@ impl HeavyState {
 pub struct Admission {
     /// The shared etcd-read budget's gate, when `quota.global` is on.
     shared: std::sync::OnceLock<Arc<EtcdGate>>,
-    heavy: Mutex<HeavyLane<Waiter>>,
+    heavy: Mutex<HeavyAdmission<Waiter>>,
     wake: Notify,
     /// An unlearned pattern's request ended: its waiters look again.
     unlearned_freed: Notify,
@@ -271,7 +271,7 @@ impl Admission {
         let (latencies, drain) = latency_queue(CAPACITY);
         Admission {
             shared: std::sync::OnceLock::new(),
-            heavy: Mutex::new(HeavyLane::new(settings, drain, now)),
+            heavy: Mutex::new(HeavyAdmission::new(settings, drain, now)),
             latencies,
             wake: Notify::new(),
             unlearned_freed: Notify::new(),
@@ -287,7 +287,7 @@ impl Admission {
 
     /// The heavy lane, with the latencies queued since the last lock
     /// taken in before anything can change it.
-    fn lock(&self) -> MutexGuard<'_, HeavyLane<Waiter>> {
+    fn lock(&self) -> MutexGuard<'_, HeavyAdmission<Waiter>> {
         // A panic while holding the lock leaves numbers, not invariants.
         let mut h = self.heavy.lock().unwrap_or_else(|e| e.into_inner());
         h.take_latencies();

@@ -19,7 +19,7 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::enforce::settings::FlowBy;
+use crate::config::settings::enforce::FlowBy;
 use crate::identity::{Client, Identity};
 
 /// The flow of one request.

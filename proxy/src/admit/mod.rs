@@ -190,7 +190,10 @@ fn continues_a_list(key: &PatternKey) -> bool {
 }
 
 /// The list a page belongs to: its client's flow, resource and scope.
-fn lineage_of(ctx: &RequestCtx, flow_by: crate::enforce::settings::FlowBy) -> pages::Lineage {
+fn lineage_of(
+    ctx: &RequestCtx,
+    flow_by: crate::config::settings::enforce::FlowBy,
+) -> pages::Lineage {
     (
         Flow::of(&ctx.client, flow_by).name(),
         ctx.key.resource.clone(),

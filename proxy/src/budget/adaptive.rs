@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::settings::Bounds;
 use super::signal::{Tail, MAX_WINDOW, MIN_WINDOW};
+use crate::config::settings::budget::Bounds;
 
 /// Over this share of the target the p99 is congestion.
 pub const SET_POINT: f64 = 0.8;

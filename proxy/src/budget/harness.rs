@@ -1,5 +1,5 @@
 //! The closed loop in virtual time: tollgate's real heavy lane
-//! ([`crate::enforce::heavy::HeavyLane`]: the pool, the fair queues, the
+//! ([`crate::enforce::heavy::HeavyAdmission`]: the pool, the fair queues, the
 //! in-flight budget, the signal and the controller) in front of a
 //! [`super::plant::Plant`], with clients sending LISTs and nodes sending
 //! heartbeats. Seeded and pure: a run of minutes takes milliseconds, so
@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use super::latencies::latency_queue;
 use super::plant::{Plant, PlantParams, Rng};
-use crate::enforce::heavy::HeavyLane;
-use crate::enforce::settings::{AdmissionSettings, Lanes, Quota, RelistGuard};
+use crate::config::settings::enforce::{AdmissionSettings, Lanes, Quota, RelistGuard};
+use crate::enforce::heavy::HeavyAdmission;
 
 /// One client: LISTs of `cost` priced bytes at `per_minute`, Poisson.
 #[derive(Debug, Clone)]
@@ -192,7 +192,7 @@ pub fn run_tollgate(sc: &Scenario, quota: &Quota, seed: u64) -> Outcome {
     let t0 = Instant::now();
     let at = |t: f64| t0 + Duration::from_secs_f64(t);
     let (_queue, drain) = latency_queue(16);
-    let mut lane: HeavyLane<u64> = HeavyLane::new(s, drain, t0);
+    let mut lane: HeavyAdmission<u64> = HeavyAdmission::new(s, drain, t0);
     let mut plant = Plant::new(sc.plant, seed);
     let mut rng = Rng::new(seed.wrapping_mul(31).wrapping_add(17));
     let mut next = arrivals(sc, &mut rng);
@@ -323,7 +323,7 @@ struct ClientRate {
 }
 
 impl ClientRate {
-    fn take(&mut self, limit: &crate::enforce::settings::PerClient, t: f64) -> bool {
+    fn take(&mut self, limit: &crate::config::settings::enforce::PerClient, t: f64) -> bool {
         let rate = limit.requests_per_second;
         if !(rate.is_finite() && rate > 0.0) {
             return true;

@@ -5,7 +5,7 @@
 
 use super::harness::*;
 use super::plant::PlantParams;
-use crate::enforce::settings::Quota;
+use crate::config::settings::enforce::Quota;
 
 const MB: f64 = 1_000_000.0;
 /// Seeds per scenario: enough that "95% of runs" can fail (one miss in 20).

@@ -1,7 +1,7 @@
 //! The heavy lane's budget as admission holds it: the in-flight budget,
 //! the signal and the controller together, with what they learn between
 //! two controller steps. Pure: time is passed in; admission keeps it
-//! behind its lock, the control loop calls [`HeavyBudget::step`].
+//! behind its lock, the control loop calls [`ByteBudget::step`].
 //!
 //! The signal is the protected lanes' latency (heartbeats, leases, system
 //! and exempt requests); where too few of those pass through tollgate (the
@@ -20,11 +20,11 @@ use tokio::time::Instant;
 
 use super::adaptive::{Controller, ControllerView, Decision, Observation, Reason};
 use super::inflight::InflightBudget;
-use super::settings::{
+use super::signal::{Signal, SignalView, Tail};
+use crate::config::settings::budget::{
     Adaptive, Bounds, QuotaMode, DEFAULT_BURST_BYTES, DEFAULT_BYTES_PER_SECOND,
     DEFAULT_INFLIGHT_BYTES,
 };
-use super::signal::{Signal, SignalView, Tail};
 
 /// The adaptive pool's burst, in seconds of its rate.
 pub const BURST: Duration = Duration::from_secs(1);
@@ -64,9 +64,12 @@ pub struct Limits {
     pub inflight: f64,
 }
 
-/// The budget.
+/// The byte budget: how many bytes per second, in a burst and in flight the
+/// heavy lane may spend, and the controller that moves them (what differs
+/// from [`crate::enforce::heavy::HeavyAdmission`]: that one queues and admits
+/// requests against these figures).
 #[derive(Debug, Clone)]
-pub struct HeavyBudget {
+pub struct ByteBudget {
     mode: QuotaMode,
     adaptive: Adaptive,
     ceilings: Ceilings,
@@ -130,10 +133,10 @@ pub struct TailView {
     pub slow_share: f64,
 }
 
-impl HeavyBudget {
+impl ByteBudget {
     pub fn new(mode: QuotaMode, adaptive: Adaptive, ceilings: Ceilings, now: Instant) -> Self {
         let controller = Controller::new(ceilings.bounds(&adaptive), now);
-        let mut b = HeavyBudget {
+        let mut b = ByteBudget {
             mode,
             adaptive,
             ceilings,
@@ -269,7 +272,7 @@ impl HeavyBudget {
         self.signal_over(super::signal::MIN_WINDOW, now)
     }
 
-    /// As [`HeavyBudget::signal`], the p99 over at least `span`.
+    /// As [`ByteBudget::signal`], the p99 over at least `span`.
     fn signal_over(
         &mut self,
         span: Duration,
@@ -388,7 +391,9 @@ impl HeavyBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::settings::{ADAPTIVE_MAX_BYTES_PER_SECOND, ADAPTIVE_MAX_INFLIGHT_BYTES};
+    use crate::config::settings::budget::{
+        ADAPTIVE_MAX_BYTES_PER_SECOND, ADAPTIVE_MAX_INFLIGHT_BYTES,
+    };
 
     const MB: f64 = 1_000_000.0;
 
@@ -408,7 +413,7 @@ mod tests {
     #[test]
     fn static_mode_uses_the_configured_values() {
         let t0 = Instant::now();
-        let mut b = HeavyBudget::new(QuotaMode::Static, Adaptive::default(), ceilings(), t0);
+        let mut b = ByteBudget::new(QuotaMode::Static, Adaptive::default(), ceilings(), t0);
         assert_eq!(
             b.limits(),
             Limits {
@@ -424,8 +429,8 @@ mod tests {
     #[test]
     fn static_values_cap_the_adaptive_budget_only_when_set() {
         let t0 = Instant::now();
-        let mut b = HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
-        let top = |b: &HeavyBudget| {
+        let mut b = ByteBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
+        let top = |b: &ByteBudget| {
             let bounds = b.ceilings.bounds(&b.adaptive);
             (bounds.max_rate, bounds.max_inflight)
         };
@@ -460,7 +465,7 @@ mod tests {
             min_inflight_bytes: 8.0 * MB,
             ..Adaptive::default()
         };
-        let mut b = HeavyBudget::new(QuotaMode::Adaptive, adaptive, ceilings(), t0);
+        let mut b = ByteBudget::new(QuotaMode::Adaptive, adaptive, ceilings(), t0);
         assert_eq!(
             b.limits(),
             Limits {
@@ -519,7 +524,7 @@ mod tests {
     #[test]
     fn workload_requests_stand_in_for_missing_protected_ones() {
         let t0 = Instant::now();
-        let mut b = HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
+        let mut b = ByteBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
         let mut now = t0;
         assert_eq!(
             b.signal(now),

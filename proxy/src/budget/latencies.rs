@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::heavy::HeavyBudget;
+use super::heavy::ByteBudget;
 use super::signal::MAX_SAMPLES;
 
 /// Samples that may wait between two drains.
@@ -87,7 +87,7 @@ impl LatencyQueue {
 
 impl LatencyDrain {
     /// Hand every waiting sample to `budget`'s signals, oldest first.
-    pub fn drain_into(&self, budget: &mut HeavyBudget) {
+    pub fn drain_into(&self, budget: &mut ByteBudget) {
         for s in self.rx.try_iter() {
             let ended = s.started + s.latency;
             match s.whose {
@@ -107,15 +107,15 @@ impl LatencyDrain {
 mod tests {
     use super::*;
     use crate::budget::heavy::Ceilings;
-    use crate::budget::settings::{Adaptive, QuotaMode};
+    use crate::config::settings::budget::{Adaptive, QuotaMode};
 
-    fn budget(now: Instant) -> HeavyBudget {
+    fn budget(now: Instant) -> ByteBudget {
         let ceilings = Ceilings {
             rate: Some(1e6),
             burst: Some(1e6),
             inflight: Some(1e6),
         };
-        HeavyBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings, now)
+        ByteBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings, now)
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::settings::budget::QuotaMode;
 use super::{Config, Mode};
-use crate::budget::settings::QuotaMode;
 
 /// Flags; each one given overrides the file.
 #[derive(Debug, Clone, Default, clap::Args)]

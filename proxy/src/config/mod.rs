@@ -9,9 +9,10 @@ use serde::Deserialize;
 mod bounds;
 pub mod diff;
 mod flags;
+pub mod settings;
 
-pub use crate::predict::settings::{Patterns, Store, StoreSetting};
 pub use flags::Flags;
+pub use settings::predict::{Patterns, Store, StoreSetting};
 
 /// The configuration file's `apiVersion`.
 pub const API_VERSION: &str = "tollgate.io/v1alpha1";
@@ -99,11 +100,11 @@ pub struct Config {
     /// TokenReviews telling who a bearer token belongs to (classification only).
     pub token_review: TokenReview,
     /// Lanes and their in-flight limits.
-    pub lanes: crate::enforce::settings::Lanes,
+    pub lanes: settings::enforce::Lanes,
     /// The byte-cost quota pool, fair queues, per-client limits.
-    pub quota: crate::enforce::settings::Quota,
+    pub quota: settings::enforce::Quota,
     /// The relist-storm guard.
-    pub relist_guard: crate::enforce::settings::RelistGuard,
+    pub relist_guard: settings::enforce::RelistGuard,
 }
 
 /// Bounds of the admin listener, which serves scrapers and operators: a few
@@ -230,7 +231,7 @@ pub struct Upstream {
     pub connect_timeout_seconds: f64,
     /// Bounds on each exchange with an apiserver once connected: response
     /// headers, pauses in a body, HTTP/2 pings (see [`crate::forward::stall`]).
-    pub timeouts: crate::forward::UpstreamTimeouts,
+    pub timeouts: settings::forward::UpstreamTimeouts,
     /// Health check settings.
     pub health_check: HealthCheck,
     /// Scraping of the apiserver's object counts (`apiserver_storage_objects`,
@@ -241,7 +242,7 @@ pub struct Upstream {
     /// `kube-system/extension-apiserver-authentication`: stripped from every
     /// request (see [`crate::requestheader`]). Needed in enforce mode with a
     /// front-proxy certificate when tollgate cannot read that ConfigMap.
-    pub request_headers: crate::requestheader::Settings,
+    pub request_headers: settings::requestheader::Settings,
 }
 
 /// Periodic scrape of an upstream's `/metrics`, with tollgate's own identity.
@@ -408,8 +409,8 @@ pub enum ConfigError {
 
 impl Config {
     /// Admission's part of the configuration.
-    pub fn admission(&self) -> crate::enforce::settings::AdmissionSettings<'_> {
-        crate::enforce::settings::AdmissionSettings {
+    pub fn admission(&self) -> settings::enforce::AdmissionSettings<'_> {
+        settings::enforce::AdmissionSettings {
             lanes: &self.lanes,
             quota: &self.quota,
             relist_guard: &self.relist_guard,

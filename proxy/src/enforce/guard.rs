@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::settings::RelistGuard as Settings;
+use crate::config::settings::enforce::RelistGuard as Settings;
 
 /// Why the guard started a warm-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,20 +19,21 @@ use super::guard::RelistGuard;
 use super::lane::Lane;
 use super::pool::QuotaPool;
 use super::scaling;
-use super::settings::{AdmissionSettings, ScalingMode};
-use crate::budget::heavy::HeavyBudget;
+use crate::budget::heavy::ByteBudget;
 use crate::budget::latencies::LatencyDrain;
 use crate::budget::unlearned::SingleFlight;
+use crate::config::settings::enforce::{AdmissionSettings, ScalingMode};
 use crate::pattern::PatternKey;
 
 /// Unlearned heavy-looking patterns tracked with a request in flight.
 const UNLEARNED_CAPACITY: usize = 1024;
 
-/// The heavy lane: the quota pool, the fair queues with the entry chosen
-/// next, the in-flight count, the relist guard and the cluster size the pool
+/// The heavy lane's admission (what differs from [`crate::budget::heavy::ByteBudget`]:
+/// this decides who goes next and waits, that one says how many bytes may go):
+/// the quota pool, the fair queues with the entry chosen next, the in-flight count, the relist guard and the cluster size the pool
 /// scales by. `W` is what a waiter holds to be told it was admitted.
 #[derive(Debug)]
-pub struct HeavyLane<W> {
+pub struct HeavyAdmission<W> {
     pub pool: QuotaPool,
     pub queue: HeavyQueue<W>,
     /// The entry deficit round robin chose, waiting for the pool: nobody
@@ -43,19 +44,23 @@ pub struct HeavyLane<W> {
     pub nodes: Option<f64>,
     pub containers: Option<f64>,
     /// The in-flight budget, the latency signal and the controller.
-    pub budget: HeavyBudget,
+    pub budget: ByteBudget,
     /// Unlearned heavy-looking patterns with their one request in flight.
     pub unlearned: SingleFlight<PatternKey>,
     /// The light requests' latencies, queued for the budget's signal.
     pub latencies: LatencyDrain,
 }
 
-impl<W> HeavyLane<W> {
+impl<W> HeavyAdmission<W> {
     /// Empty queues and a full pool of `s.quota`'s base size; latencies
     /// come from `latencies`' queue.
-    pub fn new(s: AdmissionSettings<'_>, latencies: LatencyDrain, now: Instant) -> HeavyLane<W> {
+    pub fn new(
+        s: AdmissionSettings<'_>,
+        latencies: LatencyDrain,
+        now: Instant,
+    ) -> HeavyAdmission<W> {
         let q = s.quota;
-        HeavyLane {
+        HeavyAdmission {
             pool: QuotaPool::new(q.bytes_per_second(), q.burst_bytes(), now),
             queue: HeavyQueue::new(
                 q.queue.quantum_bytes,
@@ -67,7 +72,7 @@ impl<W> HeavyLane<W> {
             guard: RelistGuard::default(),
             nodes: None,
             containers: None,
-            budget: HeavyBudget::new(q.mode, q.adaptive.clone(), scaling::ceilings(q, None), now),
+            budget: ByteBudget::new(q.mode, q.adaptive.clone(), scaling::ceilings(q, None), now),
             unlearned: SingleFlight::new(UNLEARNED_CAPACITY),
             latencies,
         }
@@ -293,8 +298,8 @@ impl<W> HeavyQueue<W> {
 mod tests {
     use super::*;
     use crate::budget::latencies::latency_queue;
-    use crate::budget::settings::QuotaMode;
-    use crate::enforce::settings::{Lanes, Quota, RelistGuard as GuardSettings};
+    use crate::config::settings::budget::QuotaMode;
+    use crate::config::settings::enforce::{Lanes, Quota, RelistGuard as GuardSettings};
 
     const MB: f64 = 1_000_000.0;
 
@@ -315,7 +320,7 @@ mod tests {
         };
         let t0 = Instant::now();
         let (_queue, drain) = latency_queue(16);
-        let mut lane: HeavyLane<u32> = HeavyLane::new(s, drain, t0);
+        let mut lane: HeavyAdmission<u32> = HeavyAdmission::new(s, drain, t0);
         lane.refresh(s, t0);
         // Flow a: two LISTs of 20 MB (over the 10 MB burst: each waits for
         // a full pool); flow b: pages of 5 MB.

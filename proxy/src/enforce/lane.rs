@@ -9,70 +9,10 @@
 //! verified identities, except for rules of the `workload` and `heavy`
 //! lanes, where unverified service-account JWT claims may choose too.
 
-use serde::Deserialize;
-
-use super::settings::{LaneRule, Lanes};
+use crate::config::settings::enforce::{LaneRule, Lanes};
 use crate::identity::Identity;
 
-/// A lane.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Lane {
-    /// Never limited: `system:masters`, health probes.
-    Exempt,
-    /// Node heartbeats and leases, the control plane, kube-system.
-    System,
-    /// Everything else that is light.
-    #[default]
-    Workload,
-    /// Requests whose predicted cost passes the threshold: the quota pool.
-    Heavy,
-    /// tollgate's own requests (health checks, scrapes, cluster size).
-    #[serde(rename = "self")]
-    SelfLane,
-}
-
-impl Lane {
-    pub const ALL: [Lane; 5] = [
-        Lane::Exempt,
-        Lane::System,
-        Lane::Workload,
-        Lane::Heavy,
-        Lane::SelfLane,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Lane::Exempt => "exempt",
-            Lane::System => "system",
-            Lane::Workload => "workload",
-            Lane::Heavy => "heavy",
-            Lane::SelfLane => "self",
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        match self {
-            Lane::Exempt => 0,
-            Lane::System => 1,
-            Lane::Workload => 2,
-            Lane::Heavy => 3,
-            Lane::SelfLane => 4,
-        }
-    }
-
-    /// The configured in-flight limit (`0`: none).
-    pub fn limit(self, lanes: &Lanes) -> usize {
-        let l = &lanes.max_inflight;
-        match self {
-            Lane::Exempt => l.exempt,
-            Lane::System => l.system,
-            Lane::Workload => l.workload,
-            Lane::Heavy => l.heavy,
-            Lane::SelfLane => l.self_,
-        }
-    }
-}
+pub use crate::config::settings::enforce::Lane;
 
 /// What lane assignment looks at.
 #[derive(Debug, Clone, Copy)]
@@ -160,7 +100,7 @@ pub fn assign(lanes: &Lanes, s: &Subject<'_>) -> Lane {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::enforce::settings::default_rules;
+    use crate::config::settings::enforce::default_rules;
 
     fn cert(user: &str, groups: &[&str]) -> Identity {
         Identity::Certificate {

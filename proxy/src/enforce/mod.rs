@@ -23,7 +23,9 @@ pub mod pool;
 pub mod ratelimit;
 pub mod retry;
 pub mod scaling;
-pub mod settings;
+/// The settings live with the configuration; this path stays for code (and
+/// tests) that name it here.
+pub use crate::config::settings::enforce as settings;
 pub mod share;
 pub mod slots;
 

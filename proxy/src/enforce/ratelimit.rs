@@ -14,7 +14,7 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 
-use super::settings::PerClient;
+use crate::config::settings::enforce::PerClient;
 
 type Limiter = DefaultKeyedRateLimiter<String>;
 

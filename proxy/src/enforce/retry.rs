@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::settings::RetryAfter;
+use crate::config::settings::enforce::RetryAfter;
 
 /// A uniform number in [0, 1) from `seed` (splitmix64).
 pub fn unit(seed: u64) -> f64 {

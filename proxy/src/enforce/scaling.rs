@@ -4,8 +4,8 @@
 //! node count comes with the metrics scrape ([`crate::scrape`]), the
 //! container count from its own paged LIST ([`crate::containers`]).
 
-use super::settings::{Quota, ScalingMode};
 use crate::budget::heavy::Ceilings;
+use crate::config::settings::enforce::{Quota, ScalingMode};
 
 /// The static values for the current cluster size (`None`: not known
 /// yet, the base alone). Scaled values count as set: scaling is the

@@ -28,8 +28,8 @@ use tokio::sync::oneshot;
 
 use super::drr::Refused;
 use super::lane::Lane;
-use super::settings::Lanes;
 use super::share::{FairSlots, ShareLimits, Waiting, NO_FLOW};
+use crate::config::settings::enforce::Lanes;
 
 /// A lane's limits for one admission.
 pub type SlotLimits = ShareLimits;
@@ -459,7 +459,7 @@ mod tests {
     async fn an_unlimited_lane_never_makes_a_flow_wait() {
         let slots = LaneSlots::default();
         let lanes = Lanes {
-            max_inflight: crate::enforce::settings::LaneLimits {
+            max_inflight: crate::config::settings::enforce::LaneLimits {
                 workload: 0,
                 ..Default::default()
             },

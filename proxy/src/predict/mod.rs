@@ -27,7 +27,9 @@ pub use crate::decay::DecayedHistogram;
 use crate::pattern::{Narrow, PatternKey, PatternVerb};
 
 pub mod release;
-pub mod settings;
+/// The settings live with the configuration; this path stays for code (and
+/// tests) that name it here.
+pub use crate::config::settings::predict as settings;
 mod store;
 mod view;
 

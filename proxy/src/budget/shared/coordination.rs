@@ -38,9 +38,9 @@ use super::member::MemberState;
 use super::metrics::SharedMetrics;
 use super::pace::Pace;
 use super::session::{within, Session};
-use super::settings::Global;
 use super::{GRANT_HYSTERESIS, GRANT_TTL};
 use crate::config;
+use crate::config::settings::shared::Global;
 
 pub use super::session::CoordinationError;
 

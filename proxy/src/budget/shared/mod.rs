@@ -79,7 +79,9 @@ pub mod member;
 pub mod metrics;
 pub mod pace;
 pub mod session;
-pub mod settings;
+/// The settings live with the configuration; this path stays for code (and
+/// tests) that name it here.
+pub use crate::config::settings::shared as settings;
 
 use std::time::Duration;
 
@@ -89,10 +91,7 @@ pub const LEASE_TTL: Duration = Duration::from_secs(10);
 pub const RENEW: Duration = Duration::from_secs(1);
 /// How long a grant read is applied without a newer read.
 pub const GRANT_TTL: Duration = Duration::from_secs(3);
-/// Fraction of the budget never granted.
-pub const DEFAULT_RESERVE: f64 = 0.10;
-/// Fraction of the budget each live member gets at least.
-pub const DEFAULT_FLOOR: f64 = 0.05;
+pub use crate::config::settings::shared::{DEFAULT_FLOOR, DEFAULT_RESERVE};
 /// Relative change of demand worth a write.
 pub const DEMAND_CHANGE: f64 = 0.25;
 /// Change of a grant worth a write, as a fraction of the budget.

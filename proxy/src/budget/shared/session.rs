@@ -12,8 +12,8 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
-use super::settings::Global;
 use super::{LEASE_TTL, RENEW};
+use crate::config::settings::shared::Global;
 
 /// Why a renewal failed.
 #[derive(Debug, thiserror::Error)]

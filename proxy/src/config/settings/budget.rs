@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::enforce::settings::{positive, Invalid};
+use super::enforce::{positive, Invalid};
 
 /// `quota.inflightBytes`'s default: 1 GiB, what the pool's default burst
 /// lets through at once.

@@ -10,8 +10,12 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{DEFAULT_FLOOR, DEFAULT_RESERVE};
-use crate::enforce::settings::Invalid;
+use super::enforce::Invalid;
+
+/// Fraction of the budget never granted.
+pub const DEFAULT_RESERVE: f64 = 0.10;
+/// Fraction of the budget each live member gets at least.
+pub const DEFAULT_FLOOR: f64 = 0.05;
 
 /// Where kube-apiserver keeps the cluster's objects: never ours.
 const APISERVER_PREFIX: &str = "/registry";

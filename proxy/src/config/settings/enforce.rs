@@ -4,10 +4,69 @@
 
 use serde::Deserialize;
 
-use super::lane::Lane;
-use crate::budget::settings::{
+use super::budget::{
     Adaptive, QuotaMode, DEFAULT_BURST_BYTES, DEFAULT_BYTES_PER_SECOND, DEFAULT_INFLIGHT_BYTES,
 };
+
+/// A lane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Lane {
+    /// Never limited: `system:masters`, health probes.
+    Exempt,
+    /// Node heartbeats and leases, the control plane, kube-system.
+    System,
+    /// Everything else that is light.
+    #[default]
+    Workload,
+    /// Requests whose predicted cost passes the threshold: the quota pool.
+    Heavy,
+    /// tollgate's own requests (health checks, scrapes, cluster size).
+    #[serde(rename = "self")]
+    SelfLane,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 5] = [
+        Lane::Exempt,
+        Lane::System,
+        Lane::Workload,
+        Lane::Heavy,
+        Lane::SelfLane,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Exempt => "exempt",
+            Lane::System => "system",
+            Lane::Workload => "workload",
+            Lane::Heavy => "heavy",
+            Lane::SelfLane => "self",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Lane::Exempt => 0,
+            Lane::System => 1,
+            Lane::Workload => 2,
+            Lane::Heavy => 3,
+            Lane::SelfLane => 4,
+        }
+    }
+
+    /// The configured in-flight limit (`0`: none).
+    pub fn limit(self, lanes: &Lanes) -> usize {
+        let l = &lanes.max_inflight;
+        match self {
+            Lane::Exempt => l.exempt,
+            Lane::System => l.system,
+            Lane::Workload => l.workload,
+            Lane::Heavy => l.heavy,
+            Lane::SelfLane => l.self_,
+        }
+    }
+}
 
 /// Admission's own settings: the `lanes`, `quota` and `relistGuard`
 /// sections of one configuration (see [`crate::config::Config::admission`]).
@@ -37,7 +96,7 @@ pub struct Lanes {
     pub rules: Vec<LaneRule>,
 }
 
-/// Fairness inside a limited light lane (see [`super::slots`]): a flow is
+/// Fairness inside a limited light lane (see [`crate::enforce::slots`]): a flow is
 /// a client as `quota.queue.flowBy` says for verified identities, one per
 /// source address for anything unverified.
 #[derive(Debug, Clone, Deserialize)]
@@ -45,7 +104,7 @@ pub struct Lanes {
 pub struct LaneQueue {
     /// Fraction of a lane's in-flight slots one flow may hold when it is
     /// alone (at least one slot); with `n` flows holding or waiting, each
-    /// may hold `⌊limit / (n + 1)⌋` if less (see [`super::share`]). Further
+    /// may hold `⌊limit / (n + 1)⌋` if less (see [`crate::enforce::share`]). Further
     /// requests wait in the flow's queue. Default `0.5`: one flow can never
     /// take the whole lane, nor can N flows.
     pub max_flow_share: f64,
@@ -134,7 +193,7 @@ pub struct Quota {
     pub log_per_second: f64,
     /// The etcd-bound budget shared by the tollgates of all masters
     /// (see [`crate::budget::shared`]). Off by default.
-    pub global: crate::budget::shared::settings::Global,
+    pub global: super::shared::Global,
 }
 
 /// What a flow (one fair queue, one per-client rate) is for a verified
