@@ -52,6 +52,8 @@
 #   LAT_DURATION=8 TLS=1 KEY=rsa|ec PIN= (pin every proxy to this CPU) SKIP_BUILD= BIN_DIR=target/release
 #   RESULTS=- (print only; a path writes the section "Cost per request as users measure it",
 #   keeping the "###" subsections written by hand under it)
+# Debian packages it needs (nginx, haproxy, wrk, nghttp2-client for h2load, valgrind, strace, curl,
+# openssl, python3) are installed with apt-get when missing and run as root (else it says what to run).
 # Loopback only; everything it starts is killed by pid on exit.
 set -euo pipefail
 
@@ -84,20 +86,22 @@ case $COUNT in cpu | callgrind | syscalls) ;; *) echo "cost-bench: COUNT=cpu|cal
 BENCH=cost-bench
 # shellcheck source=lib.sh
 source "$ROOT/bench/scripts/lib.sh"
-for tool in curl openssl awk python3 nginx haproxy; do
-    command -v "$tool" >/dev/null || die "$tool is missing (Debian: nginx-light haproxy wrk nghttp2-client)"
-done
+# What the run needs, installed from Debian's packages when missing (a fresh machine has none of
+# the peers or drivers): the peers and the upstream, each driver the run uses, the counter.
+NEED=(curl curl openssl openssl awk gawk python3 python3 nginx nginx haproxy haproxy)
 for d in "${DRIVERS[@]}"; do
     case $d in
-    wrk-c*) command -v wrk >/dev/null || die "wrk is missing (apt-get install -y wrk)" ;;
+    wrk-c*) NEED+=(wrk wrk) ;;
     h2load-c*) ((TLS)) || die "plain HTTP (TLS=0): wrk and loadgen-h1 only"
-        command -v h2load >/dev/null || die "h2load is missing (apt-get install -y nghttp2-client)" ;;
+        NEED+=(h2load nghttp2-client) ;;
     loadgen-h1 | loadgen-h2) ;;
     *) die "unknown driver $d" ;;
     esac
 done
-[[ $COUNT != callgrind ]] || command -v valgrind >/dev/null || die "COUNT=callgrind needs valgrind"
-[[ $COUNT != syscalls ]] || command -v strace >/dev/null || die "COUNT=syscalls needs strace"
+[[ $COUNT != callgrind ]] || NEED+=(valgrind valgrind callgrind_control valgrind)
+[[ $COUNT != syscalls ]] || NEED+=(strace strace)
+apt_need "${NEED[@]}"
+PATH=$PATH:/usr/sbin
 CLK_TCK=$(getconf CLK_TCK)
 bench_init
 
