@@ -30,7 +30,8 @@
 #             Each driver runs DURATION s per proxy per round, interleaved, after WARM s unmeasured.
 #
 # COUNT=cpu (default): CPU = utime+stime of the proxy's processes (all nginx workers) before/after
-# each run, per request completed; a quiet machine is needed for these to mean much.
+# each run, per request completed; a quiet machine is needed for these to mean much. The log says
+# how many of those ticks were the kernel's (stime): with COUNT=syscalls, what one system call weighs.
 # COUNT=callgrind: every proxy runs under `valgrind --tool=callgrind` and the figure is
 # instructions per request, stable on a loaded machine, so usable while other builds run: after
 # the warm-up, a SHORT-second run and a DURATION-second run, counters dumped after each; the figure
@@ -325,6 +326,13 @@ cpu_ticks() { # cpu_ticks NAME
     for pid in $(procs "$1"); do t=$((t + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
     echo "$t"
 }
+# The kernel's part of those ticks (stime): CPU time is user space (what COUNT=callgrind counts)
+# plus this, so the split says what one system call weighs against instructions.
+sys_ticks() { # sys_ticks NAME
+    local t=0 pid
+    for pid in $(procs "$1"); do t=$((t + $(awk '{print $15}' "/proc/$pid/stat"))); done
+    echo "$t"
+}
 for p in "${PROXIES[@]}"; do
     for _ in $(seq 600); do curl -sf "${CURL_TLS[@]}" -o /dev/null "${URL[$p]}$SMALL_PATH" && break; sleep 0.1; done
     # Plain HTTP: HTTP/1.1 only (nginx and HAProxy speak h2c only when told to).
@@ -429,9 +437,10 @@ for r in $(seq "$ROUNDS"); do
             CUR=$d.r$r
             drive "$p" "$d" "$WARM" "$TMP/warm.$p.$d" warm # connections opened, pools filled
             if [[ $COUNT == cpu ]]; then
-                t0=$(cpu_ticks "$p")
+                t0=$(cpu_ticks "$p") s0=$(sys_ticks "$p")
                 drive "$p" "$d" "$DURATION" "$TMP/run.$p.$d.$r"
                 c=$(($(cpu_ticks "$p") - t0))
+                log "round $r $d $p: $(($(sys_ticks "$p") - s0)) of the $c ticks in the kernel"
             elif [[ $COUNT == syscalls ]]; then
                 # strace attached to every thread for the run: the kernel's share, which
                 # instruction counts leave out, as system calls per request.
