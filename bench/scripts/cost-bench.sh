@@ -30,7 +30,8 @@
 #             Each driver runs DURATION s per proxy per round, interleaved, after WARM s unmeasured.
 #
 # COUNT=cpu (default): CPU = utime+stime of the proxy's processes (all nginx workers) before/after
-# each run, per request completed; a quiet machine is needed for these to mean much.
+# each run, per request completed; a quiet machine is needed for these to mean much. The log says
+# how many of those ticks were the kernel's (stime): with COUNT=syscalls, what one system call weighs.
 # COUNT=callgrind: every proxy runs under `valgrind --tool=callgrind` and the figure is
 # instructions per request, stable on a loaded machine, so usable while other builds run: after
 # the warm-up, a SHORT-second run and a DURATION-second run, counters dumped after each; the figure
@@ -52,6 +53,8 @@
 #   LAT_DURATION=8 TLS=1 KEY=rsa|ec PIN= (pin every proxy to this CPU) SKIP_BUILD= BIN_DIR=target/release
 #   RESULTS=- (print only; a path writes the section "Cost per request as users measure it",
 #   keeping the "###" subsections written by hand under it)
+# Debian packages it needs (nginx, haproxy, wrk, nghttp2-client for h2load, valgrind, strace, curl,
+# openssl, python3) are installed with apt-get when missing and run as root (else it says what to run).
 # Loopback only; everything it starts is killed by pid on exit.
 set -euo pipefail
 
@@ -84,20 +87,22 @@ case $COUNT in cpu | callgrind | syscalls) ;; *) echo "cost-bench: COUNT=cpu|cal
 BENCH=cost-bench
 # shellcheck source=lib.sh
 source "$ROOT/bench/scripts/lib.sh"
-for tool in curl openssl awk python3 nginx haproxy; do
-    command -v "$tool" >/dev/null || die "$tool is missing (Debian: nginx-light haproxy wrk nghttp2-client)"
-done
+# What the run needs, installed from Debian's packages when missing (a fresh machine has none of
+# the peers or drivers): the peers and the upstream, each driver the run uses, the counter.
+NEED=(curl curl openssl openssl awk gawk python3 python3 nginx nginx haproxy haproxy)
 for d in "${DRIVERS[@]}"; do
     case $d in
-    wrk-c*) command -v wrk >/dev/null || die "wrk is missing (apt-get install -y wrk)" ;;
+    wrk-c*) NEED+=(wrk wrk) ;;
     h2load-c*) ((TLS)) || die "plain HTTP (TLS=0): wrk and loadgen-h1 only"
-        command -v h2load >/dev/null || die "h2load is missing (apt-get install -y nghttp2-client)" ;;
+        NEED+=(h2load nghttp2-client) ;;
     loadgen-h1 | loadgen-h2) ;;
     *) die "unknown driver $d" ;;
     esac
 done
-[[ $COUNT != callgrind ]] || command -v valgrind >/dev/null || die "COUNT=callgrind needs valgrind"
-[[ $COUNT != syscalls ]] || command -v strace >/dev/null || die "COUNT=syscalls needs strace"
+[[ $COUNT != callgrind ]] || NEED+=(valgrind valgrind callgrind_control valgrind)
+[[ $COUNT != syscalls ]] || NEED+=(strace strace)
+apt_need "${NEED[@]}"
+PATH=$PATH:/usr/sbin
 CLK_TCK=$(getconf CLK_TCK)
 bench_init
 
@@ -321,6 +326,13 @@ cpu_ticks() { # cpu_ticks NAME
     for pid in $(procs "$1"); do t=$((t + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
     echo "$t"
 }
+# The kernel's part of those ticks (stime): CPU time is user space (what COUNT=callgrind counts)
+# plus this, so the split says what one system call weighs against instructions.
+sys_ticks() { # sys_ticks NAME
+    local t=0 pid
+    for pid in $(procs "$1"); do t=$((t + $(awk '{print $15}' "/proc/$pid/stat"))); done
+    echo "$t"
+}
 for p in "${PROXIES[@]}"; do
     for _ in $(seq 600); do curl -sf "${CURL_TLS[@]}" -o /dev/null "${URL[$p]}$SMALL_PATH" && break; sleep 0.1; done
     # Plain HTTP: HTTP/1.1 only (nginx and HAProxy speak h2c only when told to).
@@ -425,9 +437,10 @@ for r in $(seq "$ROUNDS"); do
             CUR=$d.r$r
             drive "$p" "$d" "$WARM" "$TMP/warm.$p.$d" warm # connections opened, pools filled
             if [[ $COUNT == cpu ]]; then
-                t0=$(cpu_ticks "$p")
+                t0=$(cpu_ticks "$p") s0=$(sys_ticks "$p")
                 drive "$p" "$d" "$DURATION" "$TMP/run.$p.$d.$r"
                 c=$(($(cpu_ticks "$p") - t0))
+                log "round $r $d $p: $(($(sys_ticks "$p") - s0)) of the $c ticks in the kernel"
             elif [[ $COUNT == syscalls ]]; then
                 # strace attached to every thread for the run: the kernel's share, which
                 # instruction counts leave out, as system calls per request.

@@ -18,6 +18,23 @@ bench_cleanup() {
     [[ -n "${KEEP_TMP:-}" ]] || rm -rf "$TMP"
 }
 
+# Installs the Debian packages of the commands that are missing (apt_need CMD PACKAGE [CMD
+# PACKAGE]...): as root with apt-get (updating the lists first), else it says what to run and stops.
+# nginx and haproxy live in /usr/sbin, off a non-root PATH: found there too.
+apt_need() {
+    local missing=()
+    while (($# >= 2)); do
+        command -v "$1" >/dev/null 2>&1 || [[ -x /usr/sbin/$1 ]] ||
+            [[ " ${missing[*]} " == *" $2 "* ]] || missing+=("$2")
+        shift 2
+    done
+    ((${#missing[@]})) || return 0
+    [[ $(id -u) == 0 ]] || die "missing: ${missing[*]} (sudo apt-get update && sudo apt-get install -y ${missing[*]})"
+    log "installing ${missing[*]} (Debian packages)..."
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2 || die "apt-get update failed"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+}
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }

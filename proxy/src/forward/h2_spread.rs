@@ -48,7 +48,10 @@ pub struct H2Spread {
     limit: usize,
     /// HTTP/2 flow-control windows `(stream, connection)`; hyper's defaults if `None`.
     windows: Option<(u32, u32)>,
-    clients: Mutex<Vec<(HttpClient, Arc<AtomicUsize>)>>,
+    /// Each client behind an `Arc`: a request takes one reference, not a copy of
+    /// the client (its connector, executor, builders and pool: five shared counts
+    /// touched and released per request; `request` copies it once more itself).
+    clients: Mutex<Vec<(Arc<HttpClient>, Arc<AtomicUsize>)>>,
     h2_known: AtomicBool,
 }
 
@@ -87,7 +90,7 @@ impl Spreads {
     }
 
     /// The client for a request and its slot there.
-    pub(crate) fn acquire(&self, bulk: bool) -> (HttpClient, StreamSlot) {
+    pub(crate) fn acquire(&self, bulk: bool) -> (Arc<HttpClient>, StreamSlot) {
         if bulk {
             return self.bulk.acquire();
         }
@@ -144,13 +147,19 @@ impl H2Spread {
     }
 
     /// Records the HTTP version of a response from the upstream.
+    ///
+    /// Read before it is written: every response passes here, and a write to
+    /// the shared flag would move its cache line between cores each time.
     pub(crate) fn learn(&self, version: http::Version) {
-        if version == http::Version::HTTP_2 && !self.h2_known.swap(true, Ordering::Relaxed) {
+        if version == http::Version::HTTP_2
+            && !self.h2_known.load(Ordering::Relaxed)
+            && !self.h2_known.swap(true, Ordering::Relaxed)
+        {
             tracing::debug!("upstream speaks HTTP/2: new clients open one connection each");
         }
     }
 
-    pub(crate) fn acquire(&self) -> (HttpClient, StreamSlot) {
+    pub(crate) fn acquire(&self) -> (Arc<HttpClient>, StreamSlot) {
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         for (client, active) in clients.iter() {
             if active.load(Ordering::Relaxed) < self.limit {
@@ -165,9 +174,11 @@ impl H2Spread {
                 .http2_initial_connection_window_size(connection);
         }
         let h2_only = self.h2_known.load(Ordering::Relaxed);
-        let client = builder
-            .http2_only(h2_only)
-            .build(connector(self.config.clone(), true));
+        let client = Arc::new(
+            builder
+                .http2_only(h2_only)
+                .build(connector(self.config.clone(), true)),
+        );
         let opened = (client, Arc::new(AtomicUsize::new(1)));
         clients.push(opened.clone());
         tracing::debug!(clients = clients.len(), "opened another upstream client");
@@ -212,4 +223,46 @@ pub(super) fn connector(config: Connect, h2: bool) -> TimedConnector {
         builder.wrap_connector(http)
     };
     TimedConnector::new(https, config.timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(limit: usize) -> H2Spread {
+        crate::install_crypto_provider();
+        let connect = Connect {
+            tls: crate::tls::client_config(None, None).expect("tls"),
+            timeout: Duration::from_secs(1),
+            ping: (Duration::from_secs(30), Duration::from_secs(20)),
+        };
+        H2Spread::new(connect, limit, None)
+    }
+
+    /// Requests under the limit share one client (the same `Arc`, not
+    /// copies); past it another opens; a freed slot is taken again first.
+    #[test]
+    fn requests_share_a_client_up_to_the_limit() {
+        let s = spread(2);
+        let (a, slot_a) = s.acquire();
+        let (b, _slot_b) = s.acquire();
+        assert!(Arc::ptr_eq(&a, &b), "one client for both");
+        let (c, _slot_c) = s.acquire();
+        assert!(!Arc::ptr_eq(&a, &c), "the third opens another");
+        assert_eq!(s.opened(), 2);
+        drop(slot_a);
+        let (d, _slot_d) = s.acquire();
+        assert!(Arc::ptr_eq(&a, &d), "the first has room again");
+        assert_eq!(s.opened(), 2);
+    }
+
+    #[test]
+    fn the_version_is_learned_once() {
+        let s = spread(1);
+        s.learn(http::Version::HTTP_11);
+        assert!(!s.h2_known.load(Ordering::Relaxed));
+        s.learn(http::Version::HTTP_2);
+        s.learn(http::Version::HTTP_2);
+        assert!(s.h2_known.load(Ordering::Relaxed));
+    }
 }

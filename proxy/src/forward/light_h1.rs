@@ -28,7 +28,7 @@ const IDLE: Duration = Duration::from_secs(60);
 /// cap it shares with the other.
 #[derive(Debug)]
 pub(crate) struct LightH1 {
-    client: HttpClient,
+    client: Arc<HttpClient>,
     in_flight: Arc<AtomicUsize>,
     max: usize,
 }
@@ -43,14 +43,14 @@ impl LightH1 {
         let mut builder = client_builder(&config);
         builder.pool_max_idle_per_host(max).pool_idle_timeout(IDLE);
         LightH1 {
-            client: builder.build(connector(config, false)),
+            client: Arc::new(builder.build(connector(config, false))),
             in_flight,
             max,
         }
     }
 
     /// The client and a slot counting this request, or `None` at the cap.
-    pub(crate) fn acquire(&self) -> Option<(HttpClient, StreamSlot)> {
+    pub(crate) fn acquire(&self) -> Option<(Arc<HttpClient>, StreamSlot)> {
         let taken = self
             .in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {

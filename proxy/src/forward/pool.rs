@@ -46,18 +46,15 @@ impl Upstream {
         self.outstanding.load(Ordering::Relaxed)
     }
 
-    /// The request URI on this upstream. The parts are cloned (shared bytes), not parsed
-    /// again from text as `Uri::builder` would.
-    fn uri(&self, original: &Uri) -> Result<Uri, http::Error> {
-        let mut parts = http::uri::Parts::default();
+    /// The request URI on this upstream. The upstream's parts are cloned (shared bytes), the
+    /// request's path moved, not parsed again from text as `Uri::builder` would.
+    fn uri(&self, original: Uri) -> Result<Uri, http::Error> {
+        let mut parts = original.into_parts();
         parts.scheme = Some(self.scheme.clone());
         parts.authority = Some(self.authority.clone());
-        parts.path_and_query = Some(
-            original
-                .path_and_query()
-                .cloned()
-                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
-        );
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+        }
         Ok(Uri::from_parts(parts)?)
     }
 }
@@ -287,9 +284,10 @@ impl UpstreamPool {
         upgrade: bool,
         bulk: bool,
     ) -> Result<Response<Incoming>, SendError> {
+        let original = std::mem::take(req.uri_mut());
         *req.uri_mut() = slot
             .upstream
-            .uri(req.uri())
+            .uri(original)
             .map_err(|e| SendError::Build(e.to_string()))?;
         *req.version_mut() = Version::HTTP_11;
         let spreads = match (front_proxy, &self.front_proxy, upgrade) {
@@ -475,6 +473,28 @@ mod tests {
             .expect("fail open to the ejected one");
         assert!(Arc::ptr_eq(c.upstream(), e.upstream()));
         assert!(p.ready());
+    }
+
+    /// The path and query are kept, whatever form the request's URI came in
+    /// (origin-form over HTTP/1.1, absolute over HTTP/2); scheme and host
+    /// are the upstream's.
+    #[test]
+    fn the_upstream_uri_keeps_the_path() {
+        let p = pool(&["http://10.0.0.1:6443"]);
+        let u = &p.upstreams()[0];
+        for (from, to) in [
+            (
+                "/api/v1/pods?limit=5",
+                "http://10.0.0.1:6443/api/v1/pods?limit=5",
+            ),
+            (
+                "https://tollgate.example:8443/apis/apps/v1/deployments",
+                "http://10.0.0.1:6443/apis/apps/v1/deployments",
+            ),
+        ] {
+            let uri = u.uri(from.parse().expect("uri")).expect("built");
+            assert_eq!(uri.to_string(), to, "{from}");
+        }
     }
 
     #[test]
