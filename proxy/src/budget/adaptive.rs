@@ -6,13 +6,13 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::signal::{Tail, MAX_WINDOW, MIN_WINDOW};
+use super::signal::{Tail, MIN_WINDOW};
 use crate::config::settings::budget::Bounds;
 
 /// Over this share of the target the p99 is congestion.
-pub const SET_POINT: f64 = 0.8;
+pub const SET_POINT: f64 = 0.7;
 /// Under this share of the target the p99 is clear; between, the band.
-pub const HEADROOM: f64 = 0.6;
+pub const HEADROOM: f64 = 0.5;
 /// Growth per clear epoch in startup.
 pub const STARTUP_GAIN: f64 = 2.0;
 /// Growth per clear epoch once an edge was found.
@@ -268,23 +268,9 @@ impl Controller {
         MIN_WINDOW + Duration::from_secs_f64(self.service_seconds().unwrap_or(0.0).min(60.0))
     }
 
-    /// How far back the signal is judged at `now`: the epoch so far; past
-    /// startup, every heartbeat since the last cut, up to [`MAX_WINDOW`]
-    /// (at 20 heartbeats a second, 200: enough that the signal's p99 is
-    /// the plain p99, the target's own statistic, not the third largest
-    /// of forty). Not before the last cut: what was admitted before it is
-    /// no longer in force. In startup each doubling is judged by its own
-    /// epoch, so an apiserver still slow from earlier load is not held
-    /// against the first levels for ten seconds.
-    pub fn judged_span(&self, now: Instant) -> Duration {
-        let epoch = now.saturating_duration_since(self.epoch_start);
-        if self.state == State::Startup {
-            return epoch;
-        }
-        let since_cut = self
-            .last_decrease
-            .map_or(MAX_WINDOW, |d| now.saturating_duration_since(d));
-        epoch.max(since_cut.min(MAX_WINDOW))
+    /// When the epoch in progress began.
+    pub fn epoch_start(&self) -> Instant {
+        self.epoch_start
     }
 
     /// A heavy request of predicted cost `bytes` was served whole in

@@ -79,13 +79,13 @@ fn congestion_cuts_toward_the_band_then_drains_then_probes() {
         t = epoch(&mut c, t, obs(Some(10), 50.0 * MB, 100.0 * MB)).1;
     }
     let before = c.rate();
-    // Just over the set point (40 ms): the cut aims at the band's lower edge.
-    let (d, t) = epoch(&mut c, t, obs(Some(41), 400.0 * MB, 100.0 * MB));
+    // Just over the set point (35 ms): the cut aims at the band's lower edge.
+    let (d, t) = epoch(&mut c, t, obs(Some(36), 400.0 * MB, 100.0 * MB));
     assert_eq!(
         (d.action, d.reason, c.state()),
         (Action::Decrease, Reason::Congested, State::Drain)
     );
-    let want = before * ((HEADROOM / SET_POINT) / (41.0 / 40.0)).max(MIN_CUT);
+    let want = before * ((HEADROOM / SET_POINT) / (36.0 / 35.0)).max(MIN_CUT);
     assert!((c.rate() - want).abs() < 1.0, "{} vs {want}", c.rate());
     // Far over: at most MIN_CUT.
     let mut c2 = c.clone();
@@ -106,7 +106,7 @@ fn congestion_cuts_toward_the_band_then_drains_then_probes() {
     assert_eq!((d.action, c.state()), (Action::Increase, State::Probe));
     assert!((c.rate() - r * PROBE_GAIN).abs() < 1.0);
     // The band holds.
-    let (d, _) = epoch(&mut c, t, obs(Some(35), 10.0 * MB, 100.0 * MB));
+    let (d, _) = epoch(&mut c, t, obs(Some(30), 10.0 * MB, 100.0 * MB));
     assert_eq!((d.action, d.reason), (Action::Hold, Reason::Band));
 }
 
@@ -114,7 +114,7 @@ fn congestion_cuts_toward_the_band_then_drains_then_probes() {
 fn the_band_ends_startup_and_slow_heartbeats_without_heavy_load_are_not_ours() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    let (d, t) = epoch(&mut c, t0, obs(Some(35), 10.0 * MB, 10.0 * MB));
+    let (d, t) = epoch(&mut c, t0, obs(Some(30), 10.0 * MB, 10.0 * MB));
     assert_eq!((d.reason, c.state()), (Reason::Band, State::Probe));
     let mut idle = obs(Some(300), 0.0, 0.0);
     idle.inflight_peak = 0.0;
@@ -213,33 +213,4 @@ proptest! {
             prop_assert!(c.inflight() >= b.min_inflight - 1e-6 && c.inflight() <= b.max_inflight + 1e-6);
         }
     }
-}
-
-#[test]
-fn past_startup_the_signal_is_judged_since_the_last_cut_up_to_ten_seconds() {
-    let t0 = Instant::now();
-    let mut c = Controller::new(bounds(), t0);
-    c.note_service(100.0 * MB, Duration::from_secs(1));
-    // Startup: the epoch so far.
-    assert_eq!(
-        c.judged_span(t0 + Duration::from_secs(2)),
-        Duration::from_secs(2)
-    );
-    let mut t = t0;
-    for _ in 0..3 {
-        t = epoch(&mut c, t, obs(Some(10), 50.0 * MB, 100.0 * MB)).1;
-    }
-    let (d, t) = epoch(&mut c, t, obs(Some(80), 0.0, 100.0 * MB));
-    assert_eq!(d.action, Action::Decrease);
-    // Past startup: since the cut (at least the epoch), never over 10 s.
-    assert_eq!(
-        c.judged_span(t + Duration::from_secs(5)),
-        Duration::from_secs(5)
-    );
-    let cut = t;
-    let mut t = t;
-    while t < cut + Duration::from_secs(12) {
-        t = epoch(&mut c, t, obs(Some(35), 0.0, 100.0 * MB)).1;
-    }
-    assert_eq!(c.judged_span(t + Duration::from_millis(1)), MAX_WINDOW);
 }

@@ -303,9 +303,8 @@ impl ByteBudget {
     /// none), and the new limits to apply. Each decision is logged at info
     /// level with its reason and explanation, and counted by reason.
     pub fn step(&mut self, now: Instant) -> (Option<Decision>, Limits) {
-        // The p99 over what the controller judges (at an epoch's end, at
-        // least the whole epoch).
-        let span = self.controller.judged_span(now);
+        // The p99 over the epoch so far: at its end, the epoch's whole.
+        let span = now.saturating_duration_since(self.controller.epoch_start());
         let (source, p99, target) = self.signal_over(span, now);
         let window = self.inflight.take_window();
         let tail = self.tail(source, target, now);
