@@ -268,11 +268,6 @@ impl Controller {
         MIN_WINDOW + Duration::from_secs_f64(self.service_seconds().unwrap_or(0.0).min(60.0))
     }
 
-    /// When the epoch in progress began.
-    pub fn epoch_start(&self) -> Instant {
-        self.epoch_start
-    }
-
     /// A heavy request of predicted cost `bytes` was served whole in
     /// `took`, from admission.
     pub fn note_service(&mut self, bytes: f64, took: Duration) {

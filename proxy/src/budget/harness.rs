@@ -74,10 +74,6 @@ impl Scenario {
 /// target's floor; the plants' baselines are under 25 ms).
 pub const TARGET: f64 = 0.050;
 
-/// The margin: the median run's p99 at most this share of the
-/// target, so that noise does not decide whether a run meets it.
-pub const MARGIN: f64 = 0.8;
-
 /// What a run measured, from `judge_from` on unless said.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
@@ -400,17 +396,11 @@ pub fn run_direct(sc: &Scenario, scale: f64, seed: u64) -> Outcome {
 /// by bisection on the scale of every client's rate (as the real matrix's
 /// short sweep does), capped at the demand (scale 1).
 pub fn oracle(sc: &Scenario, seeds: &[u64]) -> f64 {
-    oracle_within(sc, seeds, TARGET)
-}
-
-/// As [`oracle`], the best even goodput whose p99 stays within `limit`
-/// (the margin's oracle: `MARGIN · TARGET`).
-pub fn oracle_within(sc: &Scenario, seeds: &[u64], limit: f64) -> f64 {
     let judge = |scale: f64| {
         let mut runs: Vec<Outcome> = seeds.iter().map(|&s| run_direct(sc, scale, s)).collect();
         runs.sort_by(|a, b| a.p99.total_cmp(&b.p99));
         let mid = &runs[runs.len() / 2];
-        (mid.p99 <= limit, mid.goodput)
+        (mid.p99 <= TARGET, mid.goodput)
     };
     if let (true, g) = judge(1.0) {
         return g;

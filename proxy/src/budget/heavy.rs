@@ -269,20 +269,11 @@ impl ByteBudget {
     /// The signal at `now`: `(source, p99, target)`, the protected lanes'
     /// if they have enough samples, else the workload lane's.
     pub fn signal(&mut self, now: Instant) -> (&'static str, Option<Duration>, Duration) {
-        self.signal_over(super::signal::MIN_WINDOW, now)
-    }
-
-    /// As [`ByteBudget::signal`], the p99 over at least `span`.
-    fn signal_over(
-        &mut self,
-        span: Duration,
-        now: Instant,
-    ) -> (&'static str, Option<Duration>, Duration) {
-        if let Some((p99, _, _)) = self.signal.p99_over(span, now) {
+        if let Some((p99, _, _)) = self.signal.p99(now) {
             let target = self.adaptive.target(self.signal.baseline(now));
             return ("protected", Some(p99), target);
         }
-        if let Some((p99, _, _)) = self.fallback.p99_over(span, now) {
+        if let Some((p99, _, _)) = self.fallback.p99(now) {
             let target = self.adaptive.target(self.fallback.baseline(now));
             return ("workload", Some(p99), target);
         }
@@ -303,9 +294,7 @@ impl ByteBudget {
     /// none), and the new limits to apply. Each decision is logged at info
     /// level with its reason and explanation, and counted by reason.
     pub fn step(&mut self, now: Instant) -> (Option<Decision>, Limits) {
-        // The p99 over the epoch so far: at its end, the epoch's whole.
-        let span = now.saturating_duration_since(self.controller.epoch_start());
-        let (source, p99, target) = self.signal_over(span, now);
+        let (source, p99, target) = self.signal(now);
         let window = self.inflight.take_window();
         let tail = self.tail(source, target, now);
         let o = Observation {

@@ -285,27 +285,14 @@ impl Signal {
     /// The short-window p99 at `now` and the window it was taken over
     /// (`(p99, samples, span)`); `None` with too few samples.
     pub fn p99(&mut self, now: Instant) -> Option<(Duration, usize, Duration)> {
-        self.p99_over(MIN_WINDOW, now)
-    }
-
-    /// As [`Signal::p99`], over the newest samples spanning at least
-    /// `span` (at least [`MIN_WINDOW`], at most [`TAIL_WINDOW`]): the
-    /// controller judges a whole epoch, which at a rate of one LIST every
-    /// few seconds is longer than the short window, by all its samples.
-    pub fn p99_over(
-        &mut self,
-        span: Duration,
-        now: Instant,
-    ) -> Option<(Duration, usize, Duration)> {
         self.prune(now);
-        let span = span.clamp(MIN_WINDOW, TAIL_WINDOW);
         let taken = &mut self.scratch;
         taken.clear();
         let mut oldest = None;
         // `now - t >= MIN_WINDOW` as `t <= now - MIN_WINDOW`: one subtraction
         // per step, not one per sample (this walks hundreds of samples).
-        let window_start = now.checked_sub(span);
-        let oldest_allowed = now.checked_sub(span.max(MAX_WINDOW));
+        let window_start = now.checked_sub(MIN_WINDOW);
+        let oldest_allowed = now.checked_sub(MAX_WINDOW);
         for &(t, secs) in self.recent.iter().rev() {
             if oldest_allowed.is_some_and(|o| t < o) {
                 break;
