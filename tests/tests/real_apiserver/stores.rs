@@ -24,6 +24,27 @@ const LISTS: usize = 8;
 /// How long tollgate may take to judge (it scrapes every second here).
 const JUDGE_WAIT: Duration = Duration::from_secs(60);
 
+/// tollgate in front of `kube` with the configuration file `yaml`, and a client of it with a
+/// user's certificate.
+fn tollgate_with(
+    kube: &RealApiserver,
+    dir: &std::path::Path,
+    yaml: &str,
+) -> anyhow::Result<(TollgateProcess, Http)> {
+    let config = dir.join("tollgate.yaml");
+    std::fs::write(&config, yaml)?;
+    let mut options = Stack::tollgate_options(kube)?;
+    options
+        .args
+        .extend(["--config".into(), config.display().to_string()]);
+    let tollgate = TollgateProcess::start(&options)?;
+    let ca = tollgate.serving_ca_file()?.context("tollgate serves TLS")?;
+    let via = Http::new(&tollgate.url, dir)
+        .with_cacert(ca)
+        .with_cert(kube.file("KUBE_USER_CERT")?, kube.file("KUBE_USER_KEY")?);
+    Ok((tollgate, via))
+}
+
 per_version!(
     tollgate_learns_which_store_serves_consistent_lists,
     the_first_lists_are_priced_by_the_release_before_any_learning
@@ -35,17 +56,11 @@ fn the_first_lists_are_priced_by_the_release_before_any_learning(
     let kube = RealApiserver::start_version(version, &[])?;
     let inputs = tempfile::tempdir()?;
     // No scrape: nothing can be learned, only the release decides.
-    let config = inputs.path().join("tollgate.yaml");
-    std::fs::write(&config, "upstream:\n  metricsScrape:\n    enabled: false\n")?;
-    let mut options = Stack::tollgate_options(&kube)?;
-    options
-        .args
-        .extend(["--config".into(), config.display().to_string()]);
-    let tollgate = TollgateProcess::start(&options)?;
-    let ca = tollgate.serving_ca_file()?.context("tollgate serves TLS")?;
-    let via = Http::new(&tollgate.url, inputs.path())
-        .with_cacert(ca)
-        .with_cert(kube.file("KUBE_USER_CERT")?, kube.file("KUBE_USER_KEY")?);
+    let (tollgate, via) = tollgate_with(
+        &kube,
+        inputs.path(),
+        "upstream:\n  metricsScrape:\n    enabled: false\n",
+    )?;
     let admin = kube.kubectl()?;
 
     // tollgate reads /version at start: wait for it, then send the first requests.
@@ -141,20 +156,11 @@ fn the_first_lists_are_priced_by_the_release_before_any_learning(
 fn tollgate_learns_which_store_serves_consistent_lists(version: KubeVersion) -> anyhow::Result<()> {
     let kube = RealApiserver::start_version(version, &[])?;
     let inputs = tempfile::tempdir()?;
-    let config = inputs.path().join("tollgate.yaml");
-    std::fs::write(
-        &config,
+    let (tollgate, via) = tollgate_with(
+        &kube,
+        inputs.path(),
         "upstream:\n  metricsScrape:\n    intervalSeconds: 1\n",
     )?;
-    let mut options = Stack::tollgate_options(&kube)?;
-    options
-        .args
-        .extend(["--config".into(), config.display().to_string()]);
-    let tollgate = TollgateProcess::start(&options)?;
-    let ca = tollgate.serving_ca_file()?.context("tollgate serves TLS")?;
-    let via = Http::new(&tollgate.url, inputs.path())
-        .with_cacert(ca)
-        .with_cert(kube.file("KUBE_USER_CERT")?, kube.file("KUBE_USER_KEY")?);
     let admin = kube.kubectl()?;
 
     let expected = match version {
