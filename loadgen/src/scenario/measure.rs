@@ -770,25 +770,24 @@ fn gather_usage(
     if !test_metrics {
         return;
     }
-    match test_metrics::etcd_metrics(sampled) {
-        Some(etcd) => result.summaries.push(Cl2Summary {
-            name: "EtcdMetrics".into(),
-            content: etcd,
-        }),
-        None => result.skipped.push(
-            "EtcdMetrics (no etcd /metrics among the scraped URLs; name it with --server-metrics)"
-                .into(),
+    let parts = [
+        ("EtcdMetrics", "etcd", test_metrics::etcd_metrics(sampled)),
+        (
+            "SchedulingMetrics",
+            "kube-scheduler",
+            test_metrics::scheduling_metrics(sampled),
         ),
-    }
-    match test_metrics::scheduling_metrics(sampled) {
-        Some(m) => result.summaries.push(Cl2Summary {
-            name: "SchedulingMetrics".into(),
-            content: m,
-        }),
-        None => result.skipped.push(
-            "SchedulingMetrics (no kube-scheduler /metrics among the scraped URLs; name it with --server-metrics)"
-                .into(),
-        ),
+    ];
+    for (name, server, content) in parts {
+        match content {
+            Some(content) => result.summaries.push(Cl2Summary {
+                name: name.into(),
+                content,
+            }),
+            None => result.skipped.push(format!(
+                "{name} (no {server} /metrics among the scraped URLs; name it with --server-metrics)"
+            )),
+        }
     }
     for (part, why) in test_metrics::TEST_METRICS_SKIPPED {
         result.skipped.push(format!("{part} ({why})"));
