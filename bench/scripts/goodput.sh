@@ -40,7 +40,15 @@
 #   SKIP_BUILD=1 BIN_DIR=target/release RESULTS=path ("-" prints only) KEEP_TMP=1
 #   VIAS="direct static-default adaptive search"   the runs after the baseline (a subset for a
 #                             quick look; the targets' check needs all of them)
-#   KUBE_APISERVER_TOOLS      the kube-apiserver scripts (default ../shared/tools/kube-apiserver)
+#   KUBE=1.20                 the real apiserver: 1.20 (../shared/tools/kube-apiserver's 1.20.2,
+#                             or KUBE_APISERVER_TOOLS) or current (scripts/kube-current.sh's build,
+#                             started by scripts/kube-current-start.sh)
+#   KUBE_APISERVER_TOOLS      the 1.20 kube-apiserver scripts (default ../shared/tools/kube-apiserver)
+#   SEED_CACHE=dir            keep the seeded etcd data dir there, keyed by version, pods, pod bytes
+#                             and nodes, and reuse it on the next call (bench/scripts/matrix.sh)
+#   BASELINE=tollgate         the baseline's heartbeats through tollgate (tollgate) or sent directly
+#                             (direct: tollgate's own cost does not move the target)
+#   TARGET_MS=ms              the target given: no baseline run (matrix.sh, after a cell's first call)
 #   LIST_SHAPE=single         the storm's LISTs (bench/scripts/matrix.sh's cells):
 #                             single  one client, consistent LISTs of all pods at the storm rate;
 #                             mix     four kinds at a quarter of the rate each: namespace-scoped,
@@ -58,7 +66,7 @@ source "$ROOT/bench/scripts/lib.sh"
 
 # The command as run: every setting given in the environment, before the defaults fill in.
 COMMAND="bench/scripts/goodput.sh"
-for v in LIST_SHAPE PLANES VIAS RUN_SECONDS SEARCH_STEPS REAL_PODS REAL_POD_BYTES REAL_NODES REAL_PATCH REAL_STORM \
+for v in KUBE BASELINE TARGET_MS LIST_SHAPE PLANES VIAS RUN_SECONDS SEARCH_STEPS REAL_PODS REAL_POD_BYTES REAL_NODES REAL_PATCH REAL_STORM \
     SIM_PODS SIM_POD_BYTES SIM_NODES SIM_PATCH SIM_STORM; do
     [[ -n "${!v+x}" ]] && COMMAND="$v=\"${!v}\" $COMMAND"
 done
@@ -79,8 +87,23 @@ SIM_PATCH=${SIM_PATCH:-100/s}
 SIM_STORM=${SIM_STORM:-180}
 LIST_SHAPE=${LIST_SHAPE:-single}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
-TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
-[[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
+KUBE=${KUBE:-1.20}
+BASELINE=${BASELINE:-tollgate}
+TARGET_MS=${TARGET_MS:-}
+case $KUBE in
+1.20)
+    TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
+    [[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
+    KUBE_START=$TOOLS/start.sh KUBE_STOP=$TOOLS/stop.sh KUBE_INSTALL=$TOOLS/install.sh
+    ;;
+current)
+    KUBE_START=$ROOT/scripts/kube-current-start.sh KUBE_STOP=$ROOT/scripts/kube-current-stop.sh
+    KUBE_INSTALL=$ROOT/scripts/kube-current.sh
+    ;;
+*) die "KUBE=$KUBE: 1.20 or current" ;;
+esac
+[[ $BASELINE == tollgate || $BASELINE == direct ]] || die "BASELINE=$BASELINE: tollgate or direct"
+[[ -z $TARGET_MS || $TARGET_MS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "TARGET_MS=$TARGET_MS: a number of milliseconds"
 
 [[ " $PLANES " == *" sim"* ]] || NEED_SIM=0
 release_binaries
@@ -113,11 +136,20 @@ start_plane() {
         rm -rf "$d/etcd"
         cp -a "$REAL_SEED" "$d/etcd"
         URL=$(KUBE_ETCD_DATA_DIR="$d/etcd" KUBE_ETCD_PEER_PORT=$REAL_PEER_PORT \
-            "$TOOLS/start.sh" "$d/kube" 2>"$d/kube-start.log") || { cat "$d/kube-start.log" >&2; die "kube-apiserver did not start"; }
+            "$KUBE_START" "$d/kube" 2>"$d/kube-start.log") || { cat "$d/kube-start.log" >&2; die "kube-apiserver did not start"; }
         # The certificates of this run (KUBE_CA_CERT, KUBE_ADMIN_CERT, ...).
         # shellcheck disable=SC1091
         . "$d/kube/env"
         UP_PID=$KUBE_APISERVER_PID
+        log "real: kube-apiserver $(curl -s -m 5 --cacert "$KUBE_CA_CERT" --cert "$KUBE_ADMIN_CERT" \
+            --key "$KUBE_ADMIN_KEY" "$URL/version" | grep -o '"gitVersion": *"[^"]*"' | cut -d'"' -f4)"
+        # A fresh apiserver on a copied etcd answers its first seconds of writes slowly (p99 up to
+        # ~0.8 s with nothing else running); every run, direct or not, starts after the same 5 s of
+        # heartbeats sent directly, so the baseline and the runs see an apiserver past its start.
+        "$LOADGEN_BIN" --server "$URL" --duration 5s --no-progress --certificate-authority "$KUBE_CA_CERT" \
+            --client-certificate "$KUBE_ADMIN_CERT" --client-key "$KUBE_ADMIN_KEY" --patches "$REAL_PATCH" \
+            --patch-target node-status --objects "$REAL_NODES" --timeout 30s --output "$d/warmup" \
+            >"$d/warmup.out" 2>&1 || log "real: the warm-up heartbeats failed; see $d/warmup.out"
         METRICS_URL=""
         ;;
     sim*)
@@ -137,29 +169,45 @@ start_plane() {
 stop_plane() {
     local plane=$1 d=$2
     case $plane in
-    real) "$TOOLS/stop.sh" "$d/kube" >/dev/null 2>&1 || true; rm -rf "$d/etcd" ;;
+    real) "$KUBE_STOP" "$d/kube" >/dev/null 2>&1 || true; rm -rf "$d/etcd" ;;
     sim*) kill "$UP_PID" 2>/dev/null || true; wait "$UP_PID" 2>/dev/null || true ;;
     esac
 }
-# seed_real: one seeded etcd data dir, copied for every real run.
+# seed_real: one seeded etcd data dir, copied for every real run (from SEED_CACHE when it has one).
 seed_real() {
     local d=$TMP/real-seed
     mkdir -p "$d"
     REAL_SEED=$d/etcd
     REAL_PEER_PORT=$(free_port)
+    local cached=""
+    if [[ -n ${SEED_CACHE:-} ]]; then
+        cached=$SEED_CACHE/$KUBE-$REAL_PODS-$REAL_POD_BYTES-$REAL_NODES
+        if [[ -s $cached/list-bytes && -d $cached/etcd ]]; then
+            REAL_SEED=$cached/etcd
+            REAL_LIST_BYTES=$(cat "$cached/list-bytes")
+            log "real: the seeded etcd of $cached ($REAL_LIST_BYTES bytes per LIST of all pods)"
+            return
+        fi
+    fi
     log "real: seeding $REAL_PODS pods of +$REAL_POD_BYTES bytes and $REAL_NODES nodes ($(date -u +%H:%M:%S))"
     KUBE_ETCD_DATA_DIR="$REAL_SEED" KUBE_ETCD_PEER_PORT=$REAL_PEER_PORT \
-        "$TOOLS/start.sh" "$d/kube" >"$d/url" 2>"$d/kube-start.log" || { cat "$d/kube-start.log" >&2; die "kube-apiserver did not start"; }
+        "$KUBE_START" "$d/kube" >"$d/url" 2>"$d/kube-start.log" || { cat "$d/kube-start.log" >&2; die "kube-apiserver did not start"; }
     # shellcheck disable=SC1091
     (. "$d/kube/env" && "$LOADGEN_BIN" seed --kubeconfig "$KUBECONFIG" --nodes "$REAL_NODES" \
         --pods "$REAL_PODS" --pod-bytes "$REAL_POD_BYTES" --concurrency 32) >"$d/seed.log" 2>&1 \
-        || { "$TOOLS/stop.sh" "$d/kube" >/dev/null 2>&1; die "loadgen seed failed; see $d/seed.log"; }
+        || { "$KUBE_STOP" "$d/kube" >/dev/null 2>&1; die "loadgen seed failed; see $d/seed.log"; }
     # The size of one LIST of all pods, as the storm's clients receive it.
     # shellcheck disable=SC1091
     REAL_LIST_BYTES=$(. "$d/kube/env" && curl -s --cacert "$KUBE_CA_CERT" --cert "$KUBE_ADMIN_CERT" \
         --key "$KUBE_ADMIN_KEY" "$KUBE_APISERVER_URL/api/v1/pods" | wc -c)
-    "$TOOLS/stop.sh" "$d/kube" >/dev/null 2>&1 || true
+    "$KUBE_STOP" "$d/kube" >/dev/null 2>&1 || true
     log "real: one LIST of all pods is $REAL_LIST_BYTES bytes"
+    if [[ -n $cached ]]; then
+        rm -rf "$cached"
+        mkdir -p "$cached"
+        cp -a "$REAL_SEED" "$cached/etcd"
+        echo "$REAL_LIST_BYTES" >"$cached/list-bytes"
+    fi
 }
 
 # measure_sim_list: the size of one LIST of all pods on the sim, from a throwaway sim.
@@ -191,7 +239,7 @@ run() {
     fi
     lists_rate=$storm
     [[ $via == baseline ]] && lists_rate=0
-    if [[ $via != direct ]]; then
+    if [[ $via != direct && ! ($via == baseline && $BASELINE == direct) ]]; then
         {
             echo "mode: enforce"
             case $via in
@@ -341,18 +389,23 @@ passes() { awk -v p="$P99" -v t="$1" -v e="$HB_ERR" -v c="$CRASHED" 'BEGIN {prin
 
 for plane in $PLANES; do
     case $plane in
-    real) [[ -x $TOOLS/start.sh ]] || die "no kube-apiserver tools at $TOOLS"
-          "$TOOLS/install.sh" >&2
+    real) [[ -x $KUBE_START ]] || die "no kube-apiserver starter at $KUBE_START"
+          "$KUBE_INSTALL" >&2
           seed_real ;;
     sim2|sim4) [[ -n ${SIM_LIST_BYTES:-} ]] || measure_sim_list ;;
     *) die "unknown control plane $plane (real, sim2, sim4)" ;;
     esac
-    run "$plane" baseline baseline
-    eval "$(figures "$plane-baseline")"
-    [[ $HB_ERR == 0 && $P99 != 1000000000.0 ]] || die "$plane: the baseline run's heartbeats failed; see $TMP/$plane-baseline"
-    TARGET=$(awk -v b="$P99" 'BEGIN {t = 2 * b; print (t < 50 ? 50 : t)}')
+    if [[ -n $TARGET_MS ]]; then
+        TARGET=$TARGET_MS
+        log "$plane: target $TARGET ms (given)"
+    else
+        run "$plane" baseline baseline
+        eval "$(figures "$plane-baseline")"
+        [[ $HB_ERR == 0 && $P99 != 1000000000.0 ]] || die "$plane: the baseline run's heartbeats failed; see $TMP/$plane-baseline"
+        TARGET=$(awk -v b="$P99" 'BEGIN {t = 2 * b; print (t < 50 ? 50 : t)}')
+        log "$plane: baseline PATCH p99 $P99 ms ($BASELINE), target $TARGET ms"
+    fi
     echo "$plane $TARGET" >>"$TMP/targets"
-    log "$plane: baseline PATCH p99 $P99 ms, target $TARGET ms"
     wants() { [[ " $VIAS " == *" $1 "* ]]; }
     wants direct && run "$plane" direct direct
     wants static-default && run "$plane" static-default static-default
@@ -378,9 +431,9 @@ done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 python3 - "$TMP" "$RUN_SECONDS" "$CLK_TCK" "$COMMAND" "$LOAD_BEFORE" "$LOAD_AFTER" "$RESULTS" \
-    "$ROOT/bench/scripts/lib.sh" "${REAL_LIST_BYTES:-0}" <<'PY'
+    "$ROOT/bench/scripts/lib.sh" "${REAL_LIST_BYTES:-0}" "$BASELINE" <<'PY'
 import json, os, subprocess, sys, time
-tmp, secs, clk, command, load0, load1, results, lib, real_list = sys.argv[1:]
+tmp, secs, clk, command, load0, load1, results, lib, real_list, baseline_via = sys.argv[1:]
 secs, clk = float(secs), float(clk)
 targets = dict(l.split() for l in open(os.path.join(tmp, "targets")))
 
@@ -447,13 +500,14 @@ out = []
 checks = []
 for plane, rs in rows.items():
     target = float(targets[plane])
-    base = next(r for r in rs if r["name"] == "baseline")
+    base = next((r for r in rs if r["name"] == "baseline"), None)
     def ok(r):
         return r["p99"] is not None and r["p99"] <= target and r["hb_err"] == 0 and not r["crashed"]
     # Every fixed budget measured is a candidate: the search's pools and the static default.
     statics = [r for r in rs if r["via"] in ("static", "static-default") and ok(r)]
     best = max(statics, key=lambda r: r["served"], default=None)
-    out.append(f"\n### {plane}: target PATCH p99 <= {target:.0f} ms (baseline B = {base['p99']:.1f} ms through tollgate)\n")
+    how = "given" if base is None else f"baseline B = {base['p99']:.1f} ms {'through tollgate' if baseline_via == 'tollgate' else 'sent directly'}"
+    out.append(f"\n### {plane}: target PATCH p99 <= {target:.0f} ms ({how})\n")
     out.append("| run | PATCH p50 ms | PATCH p99 ms | p99 / B | within target | LISTs served/min | goodput / best static | LISTs 429 | LIST errors | heartbeat errors | apiserver cores | apiserver peak GB | crash |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rs:
@@ -461,7 +515,7 @@ for plane, rs in rows.items():
         g = r["served"] * 60 / secs
         gb = None if best is None or not best["served"] else r["served"] / best["served"]
         out.append(f'| {name} | {fmt(r["p50"], "{:.1f}")} | {fmt(r["p99"], "{:.1f}")} | '
-                   f'{fmt(None if r["p99"] is None else r["p99"] / base["p99"], "{:.2f}")} | '
+                   f'{fmt(None if r["p99"] is None or base is None else r["p99"] / base["p99"], "{:.2f}")} | '
                    f'{"yes" if ok(r) else "**no**"} | {g:.1f} | {fmt(gb, "{:.2f}")} | {r["r429"]} | '
                    f'{r["list_err"]} | {r["hb_err"]} | {fmt(r["cores"], "{:.2f}")} | '
                    f'{fmt(None if r["peak"] is None else r["peak"] / 1e9, "{:.2f}")} | {"yes" if r["crashed"] else "no"} |')

@@ -18,16 +18,24 @@
 # SWEEP_STEPS), then one step between the last passing and first failing rates; the oracle is the
 # most LISTs/min served by a passing direct run (a direct run serves what it sends when it passes).
 #
+# The target, per cell: p99 <= max(2 x B, 50 ms), B the heartbeat p99 of one baseline run (no
+# LISTs) sent directly at the cell's first call, so tollgate's own cost does not move it; every run
+# of the cell is judged against that one target (goodput.sh's TARGET_MS).
+#
 # Output: one table row per cell, as bench/RESULTS.md's "The scenario matrix (issue 32)" wants it:
 # median and worst p99, LISTs/min, goodput / oracle, 429s, apiserver cores and peak memory (median
-# of the adaptive runs). Printed, and written to RESULTS (default: bench/RESULTS.md) unless "-".
-# Duration: each goodput.sh call seeds the apiserver (~1-2 min at 10k pods, ~4 at 25k), runs a
-# baseline and one run of RUN_SECONDS; a full matrix (7 cells, ~4 oracle runs and 3 adaptive runs
-# each) is ~50 calls: ~3 hours at RUN_SECONDS=60. A benchmark, not a test: run it on a quiet
-# machine. Loopback only; goodput.sh stops everything it started.
+# of the adaptive runs), under the apiserver's version. Printed, and merged into RESULTS (default:
+# bench/RESULTS.md) unless "-": the rows of the cells run replace theirs, other cells' rows stay
+# with the time they were measured, so the matrix can be run a few cells at a time.
+# Duration: the apiserver is seeded once per pod count (~1-2 min at 10k pods, ~4 at 25k) and copied
+# for every run; each call is one run of RUN_SECONDS plus ~20 s of start; a full matrix (7 cells,
+# ~4 oracle runs, a baseline and 3 adaptive runs each) is ~55 runs: ~2 hours at RUN_SECONDS=60. A
+# benchmark, not a test: run it on a quiet machine. Loopback only; goodput.sh stops everything it
+# started.
 #
 # Environment:
 #   CELLS="10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240"
+#   KUBE=1.20|current   the apiserver (goodput.sh's KUBE: the 1.20.2 tier or scripts/kube-current.sh's)
 #   RUNS=3 SWEEP_STEPS=3 RUN_SECONDS=60 RESULTS=path|- SKIP_BUILD=1 (passed on to goodput.sh)
 set -euo pipefail
 
@@ -37,7 +45,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$ROOT/bench/scripts/lib.sh"
 
 COMMAND="bench/scripts/matrix.sh"
-for v in CELLS RUNS SWEEP_STEPS RUN_SECONDS; do
+for v in CELLS KUBE RUNS SWEEP_STEPS RUN_SECONDS; do
     [[ -n "${!v+x}" ]] && COMMAND="$v=\"${!v}\" $COMMAND"
 done
 CELLS=${CELLS:-10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240}
@@ -45,7 +53,8 @@ RUNS=${RUNS:-3}
 SWEEP_STEPS=${SWEEP_STEPS:-3}
 RUN_SECONDS=${RUN_SECONDS:-60}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
-export RUN_SECONDS
+KUBE=${KUBE:-1.20}
+export RUN_SECONDS KUBE
 
 # cell NAME: shell assignments PODS RATE SHAPE PATCH NODES.
 cell() {
@@ -67,6 +76,9 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 OUT=$TMP/rows
 : >"$OUT"
 first=1
+# The seeded etcd of each pod count, kept for the whole matrix (goodput.sh's SEED_CACHE).
+export SEED_CACHE=$TMP/seeds
+VERSION=""
 
 # one VIA RATE TAG: one goodput.sh run of the current cell; appends "TAG p99 target lists_per_min
 # r429 hb_err crashed cores peak_gb" to $TMP/runs.tsv.
@@ -77,8 +89,13 @@ one() {
     [[ $first == 1 ]] || skip=1
     first=0
     SKIP_BUILD=$skip PLANES=real VIAS=$via RESULTS=- LIST_SHAPE=$SHAPE REAL_PODS=$PODS \
-        REAL_STORM=$rate REAL_PATCH=$PATCH REAL_NODES=$NODES \
+        REAL_STORM=$rate REAL_PATCH=$PATCH REAL_NODES=$NODES BASELINE=direct TARGET_MS=$CELL_TARGET \
         "$ROOT/bench/scripts/goodput.sh" >"$out" 2>&1 || { log "$CELL $tag: goodput.sh failed; see $out"; return 1; }
+    if [[ -z $CELL_TARGET ]]; then
+        CELL_TARGET=$(grep -o 'target PATCH p99 <= [0-9.]* ms' "$out" | head -1 | awk '{print $5}')
+        log "$CELL: target $CELL_TARGET ms ($(grep -o 'baseline B = [0-9.]* ms' "$out" | head -1))"
+    fi
+    [[ -n $VERSION ]] || VERSION=$(grep -o 'real: kube-apiserver v[^ ]*' "$out" | head -1 | awk '{print $3}')
     python3 - "$out" "$via" "$CELL" "$tag" >>"$TMP/runs.tsv" <<'PY'
 import re, sys
 log, via, cell, tag = sys.argv[1:]
@@ -100,6 +117,7 @@ passing() {
 
 for CELL in $CELLS; do
     eval "$(cell "$CELL")"
+    CELL_TARGET=""
     log "$CELL: $PODS pods, $RATE LISTs/min ($SHAPE), heartbeats $PATCH ($(date -u +%H:%M:%S))"
     # The oracle's sweep.
     hi=$RATE lo=0 r=$RATE
@@ -147,19 +165,57 @@ PY
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-section="## The scenario matrix (issue 32)
-
-Per cell: the oracle (the best even LIST rate sent directly within the target, by a short sweep)
-and tollgate's adaptive default, $RUNS runs, ${RUN_SECONDS} s each, each from a fresh apiserver and
-tollgate; the real kube-apiserver 1.20.2 + etcd. Measured $(date -u '+%Y-%m-%d %H:%M UTC'); load
-average $LOAD_BEFORE before, $LOAD_AFTER after.
-
-Command: \`$COMMAND\`
-
-| cell | pods | LISTs | heartbeats | target ms | oracle LISTs/min | adaptive runs within | median p99 ms | worst p99 ms | LISTs/min (median) | goodput / oracle | 429s (median) | apiserver cores | apiserver peak GB |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
-$(cat "$OUT")
-"
+[[ -n $VERSION ]] || VERSION="KUBE=$KUBE"
+STAMP="$(date -u '+%Y-%m-%d %H:%M UTC'), load average $LOAD_BEFORE before, $LOAD_AFTER after"
+section=$(python3 - "$RESULTS" "$OUT" "$VERSION" "$STAMP" "$COMMAND" "$CELLS" <<'PY'
+import re, sys
+results, rows_path, version, stamp, command, cells = sys.argv[1:]
+HEAD = "## The scenario matrix (issue 32)"
+ORDER = "10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240 tiny".split()
+try:
+    text = open(results).read() if results != "-" else ""
+except FileNotFoundError:
+    text = ""
+old = ""
+if HEAD + "\n" in text:
+    start = text.index(HEAD + "\n")
+    nxt = text.find("\n## ", start + len(HEAD))
+    old = text[start:] if nxt < 0 else text[start:nxt]
+# The subsections already there: version -> (rows by cell, batch lines).
+subs = {}
+for m in re.finditer(r"^### kube-apiserver (\S+)\n(.*?)(?=^### |\Z)", old, re.S | re.M):
+    body = m.group(2)
+    rows = {l.split("|")[1].strip(): l for l in body.splitlines() if l.startswith("| ") and not l.startswith("| cell")}
+    batches = [l for l in body.splitlines() if l.startswith("- ")]
+    subs[m.group(1)] = (rows, batches)
+rows, batches = subs.get(version, ({}, []))
+n = 0
+for l in open(rows_path):
+    l = l.rstrip("\n")
+    if l:
+        rows[l.split("|")[1].strip()] = l.rstrip(" |") + f" | {stamp.split(',')[0]} |"
+        n += 1
+batches.append(f"- {stamp}: `{command}` ({n} cells: {cells})")
+# Keep a batch line only while one of its cells still has a row measured at its time.
+kept = [b for b in batches if any(b[2:].startswith(r.rsplit("|", 2)[-2].strip()) for r in rows.values())]
+subs[version] = (rows, kept)
+out = [HEAD, "",
+       "Per cell: the oracle (the best even LIST rate sent directly within the target, by a short sweep",
+       "of direct runs) and tollgate's adaptive default (nothing set but `--mode enforce`), each run from",
+       "a fresh apiserver (reseeded from one etcd copy) and a fresh tollgate. The target: p99 <= max(2 x B,",
+       "50 ms), B the heartbeat p99 of one run without LISTs, sent directly, at the cell's start. The",
+       "cells and the sweep: `bench/scripts/matrix.sh`'s header. Each row names when it was measured;",
+       "the batches below each table give the command and the machine's load.", ""]
+for v in sorted(subs):
+    rs, bs = subs[v]
+    out += [f"### kube-apiserver {v}", "",
+            "| cell | pods | LISTs | heartbeats | target ms | oracle LISTs/min | adaptive runs within | median p99 ms | worst p99 ms | LISTs/min (median) | goodput / oracle | 429s (median) | apiserver cores | apiserver peak GB | measured |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += [rs[c] for c in sorted(rs, key=lambda c: ORDER.index(c) if c in ORDER else 99)]
+    out += [""] + bs + [""]
+print("\n".join(out))
+PY
+)
 echo "$section"
 if [[ $RESULTS != - ]]; then
     write_section "$RESULTS" "$section"
