@@ -72,7 +72,6 @@ cell() {
 }
 
 bench_init
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 OUT=$TMP/rows
 : >"$OUT"
 first=1
@@ -115,9 +114,74 @@ passing() {
     awk -F'\t' -v c="$CELL" -v t="$1" '$1 == c && $2 == t {ok = ($3 + 0 <= $4 + 0 && $7 == 0 && $8 == "no")} END {exit ok ? 0 : 1}' "$TMP/runs.tsv"
 }
 
+# write_rows: merge the row of the cell just measured into RESULTS (after each cell: a stopped
+# matrix keeps what it measured).
+write_rows() {
+    local stamp section
+    stamp="$(date -u '+%Y-%m-%d %H:%M UTC'), load average $CELL_LOAD before, $(cut -d' ' -f1-3 /proc/loadavg) after"
+    [[ -n $VERSION ]] || VERSION="KUBE=$KUBE"
+    tail -1 "$OUT" >"$TMP/row"
+    section=$(python3 - "$RESULTS" "$TMP/row" "$VERSION" "$stamp" "$COMMAND" "$CELL" <<'PY'
+import re, sys
+results, rows_path, version, stamp, command, cell = sys.argv[1:]
+HEAD = "## The scenario matrix (issue 32)"
+ORDER = "10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240 tiny".split()
+try:
+    text = open(results).read() if results != "-" else ""
+except FileNotFoundError:
+    text = ""
+old = ""
+if HEAD + "\n" in text:
+    start = text.index(HEAD + "\n")
+    nxt = text.find("\n## ", start + len(HEAD))
+    old = text[start:] if nxt < 0 else text[start:nxt]
+# The subsections already there: version -> (rows by cell, batch lines).
+subs = {}
+for m in re.finditer(r"^### kube-apiserver (\S+)\n(.*?)(?=^### |\Z)", old, re.S | re.M):
+    body = m.group(2)
+    rows = {l.split("|")[1].strip(): l for l in body.splitlines() if l.startswith("| ") and not l.startswith("| cell")}
+    batches = [l for l in body.splitlines() if l.startswith("- ")]
+    subs[m.group(1)] = (rows, batches)
+rows, batches = subs.get(version, ({}, []))
+n = 0
+for l in open(rows_path):
+    l = l.rstrip("\n")
+    if l:
+        rows[l.split("|")[1].strip()] = l.rstrip(" |") + f" | {stamp.split(',')[0]} |"
+        n += 1
+batches.append(f"- {stamp}: {cell} by `{command}`")
+# Keep a batch line only while one of its cells still has a row measured at its time.
+kept = [b for b in batches if any(b[2:].startswith(r.rsplit("|", 2)[-2].strip()) for r in rows.values())]
+subs[version] = (rows, kept)
+out = [HEAD, "",
+       "Per cell: the oracle (the best even LIST rate sent directly within the target, by a short sweep",
+       "of direct runs) and tollgate's adaptive default (nothing set but `--mode enforce`), each run from",
+       "a fresh apiserver (reseeded from one etcd copy) and a fresh tollgate. The target: p99 <= max(2 x B,",
+       "50 ms), B the heartbeat p99 of one run without LISTs, sent directly, at the cell's start. The",
+       "cells and the sweep: `bench/scripts/matrix.sh`'s header. Each row names when it was measured;",
+       "the batches below each table give the command and the machine's load.", ""]
+for v in sorted(subs):
+    rs, bs = subs[v]
+    out += [f"### kube-apiserver {v}", "",
+            "| cell | pods | LISTs | heartbeats | target ms | oracle LISTs/min | adaptive runs within | median p99 ms | worst p99 ms | LISTs/min (median) | goodput / oracle | 429s (median) | apiserver cores | apiserver peak GB | measured |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out += [rs[c] for c in sorted(rs, key=lambda c: ORDER.index(c) if c in ORDER else 99)]
+    out += [""] + bs + [""]
+print("\n".join(out))
+PY
+    )
+    if [[ $RESULTS != - ]]; then
+        write_section "$RESULTS" "$section"
+        log "written to $RESULTS"
+    else
+        echo "$section"
+    fi
+}
+
 for CELL in $CELLS; do
     eval "$(cell "$CELL")"
     CELL_TARGET=""
+    CELL_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
     log "$CELL: $PODS pods, $RATE LISTs/min ($SHAPE), heartbeats $PATCH ($(date -u +%H:%M:%S))"
     # The oracle's sweep.
     hi=$RATE lo=0 r=$RATE
@@ -162,62 +226,5 @@ print(f"| {cell} | {pods} | {rate}/min {shape} | {patch} | {target:.0f} | "
       f"{med([num(r[8]) for r in ad if num(r[8]) is not None]):.2f} | {med([num(r[9]) for r in ad if num(r[9]) is not None]):.2f} |")
 PY
     tail -1 "$OUT" >&2
+    write_rows
 done
-LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
-
-[[ -n $VERSION ]] || VERSION="KUBE=$KUBE"
-STAMP="$(date -u '+%Y-%m-%d %H:%M UTC'), load average $LOAD_BEFORE before, $LOAD_AFTER after"
-section=$(python3 - "$RESULTS" "$OUT" "$VERSION" "$STAMP" "$COMMAND" "$CELLS" <<'PY'
-import re, sys
-results, rows_path, version, stamp, command, cells = sys.argv[1:]
-HEAD = "## The scenario matrix (issue 32)"
-ORDER = "10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240 tiny".split()
-try:
-    text = open(results).read() if results != "-" else ""
-except FileNotFoundError:
-    text = ""
-old = ""
-if HEAD + "\n" in text:
-    start = text.index(HEAD + "\n")
-    nxt = text.find("\n## ", start + len(HEAD))
-    old = text[start:] if nxt < 0 else text[start:nxt]
-# The subsections already there: version -> (rows by cell, batch lines).
-subs = {}
-for m in re.finditer(r"^### kube-apiserver (\S+)\n(.*?)(?=^### |\Z)", old, re.S | re.M):
-    body = m.group(2)
-    rows = {l.split("|")[1].strip(): l for l in body.splitlines() if l.startswith("| ") and not l.startswith("| cell")}
-    batches = [l for l in body.splitlines() if l.startswith("- ")]
-    subs[m.group(1)] = (rows, batches)
-rows, batches = subs.get(version, ({}, []))
-n = 0
-for l in open(rows_path):
-    l = l.rstrip("\n")
-    if l:
-        rows[l.split("|")[1].strip()] = l.rstrip(" |") + f" | {stamp.split(',')[0]} |"
-        n += 1
-batches.append(f"- {stamp}: `{command}` ({n} cells: {cells})")
-# Keep a batch line only while one of its cells still has a row measured at its time.
-kept = [b for b in batches if any(b[2:].startswith(r.rsplit("|", 2)[-2].strip()) for r in rows.values())]
-subs[version] = (rows, kept)
-out = [HEAD, "",
-       "Per cell: the oracle (the best even LIST rate sent directly within the target, by a short sweep",
-       "of direct runs) and tollgate's adaptive default (nothing set but `--mode enforce`), each run from",
-       "a fresh apiserver (reseeded from one etcd copy) and a fresh tollgate. The target: p99 <= max(2 x B,",
-       "50 ms), B the heartbeat p99 of one run without LISTs, sent directly, at the cell's start. The",
-       "cells and the sweep: `bench/scripts/matrix.sh`'s header. Each row names when it was measured;",
-       "the batches below each table give the command and the machine's load.", ""]
-for v in sorted(subs):
-    rs, bs = subs[v]
-    out += [f"### kube-apiserver {v}", "",
-            "| cell | pods | LISTs | heartbeats | target ms | oracle LISTs/min | adaptive runs within | median p99 ms | worst p99 ms | LISTs/min (median) | goodput / oracle | 429s (median) | apiserver cores | apiserver peak GB | measured |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    out += [rs[c] for c in sorted(rs, key=lambda c: ORDER.index(c) if c in ORDER else 99)]
-    out += [""] + bs + [""]
-print("\n".join(out))
-PY
-)
-echo "$section"
-if [[ $RESULTS != - ]]; then
-    write_section "$RESULTS" "$section"
-    log "written to $RESULTS"
-fi
