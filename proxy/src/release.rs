@@ -20,9 +20,6 @@ use crate::forward::UpstreamPool;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::predict::{PatternStore, Release, Store};
 
-/// The `result` values of `tollgate_upstream_version_reads_total`.
-pub const READ_RESULTS: [&str; 3] = ["ok", "error", "unparsable"];
-
 /// Most bytes read from one `/version` (the apiserver's is ~300).
 const MAX_VERSION_BYTES: usize = 64 << 10;
 /// One read's deadline: connect, TLS, headers and body.

@@ -41,9 +41,6 @@ const MAX_REJECTED: usize = 10_000;
 /// flight) go, and if none is idle a new address's tokens are not reviewed.
 const MAX_SOURCES: usize = 10_000;
 
-/// The outcomes counted in `tollgate_token_reviews_total`.
-pub const OUTCOMES: [&str; 4] = ["authenticated", "rejected", "error", "limited"];
-
 /// A reviewed token's user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReviewedUser {

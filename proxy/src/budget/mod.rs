@@ -1,4 +1,6 @@
 //! The heavy lane's budget, all pure cores with time passed in:
+//! - [`pool`]: the bytes/s token bucket that may go into debt, reconciled
+//!   with each response's actual cost.
 //! - [`inflight`]: bytes in flight, beside the bytes/s pool; a request
 //!   larger than the whole budget runs alone.
 //! - [`unlearned`]: one request at a time per heavy-looking pattern until
@@ -29,6 +31,7 @@ pub mod inflight;
 pub mod latencies;
 #[cfg(test)]
 mod plant;
+pub mod pool;
 /// The settings live with the configuration; this path stays for code (and
 /// tests) that name it here.
 pub use crate::config::settings::budget as settings;

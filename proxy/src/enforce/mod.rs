@@ -19,7 +19,6 @@ pub mod drr;
 pub mod guard;
 pub mod heavy;
 pub mod lane;
-pub mod pool;
 pub mod ratelimit;
 pub mod retry;
 pub mod scaling;

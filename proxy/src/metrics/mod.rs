@@ -144,6 +144,12 @@ pub struct DirectionLabel {
 /// The `reason` values of `tollgate_scrape_failures_total`.
 pub const SCRAPE_FAILURE_REASONS: [&str; 4] = ["noIdentity", "unauthorized", "forbidden", "error"];
 
+/// The `result` values of `tollgate_upstream_version_reads_total` (counted by [`crate::release`]).
+pub const VERSION_READ_RESULTS: [&str; 3] = ["ok", "error", "unparsable"];
+
+/// The outcomes counted in `tollgate_token_reviews_total` (by [`crate::tokenreview`]).
+pub const TOKEN_REVIEW_OUTCOMES: [&str; 4] = ["authenticated", "rejected", "error", "limited"];
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
@@ -294,7 +300,7 @@ impl Metrics {
     /// Every series of a family whose label values are a small fixed set, at zero: an alert
     /// can tell "never happened" from "not scraped", and `increase()` counts the first event.
     fn export_known_label_sets(&self) {
-        for result in crate::release::READ_RESULTS {
+        for result in VERSION_READ_RESULTS {
             self.version_reads
                 .get_or_create(&ResultLabel {
                     result: result.into(),
@@ -306,7 +312,7 @@ impl Metrics {
                 .get_or_create(&ReasonLabel { reason })
                 .inc_by(0);
         }
-        for result in crate::tokenreview::OUTCOMES {
+        for result in TOKEN_REVIEW_OUTCOMES {
             self.token_reviews
                 .get_or_create(&ResultLabel {
                     result: result.into(),

@@ -26,6 +26,7 @@ use crate::decay::decay_factor;
 pub use crate::decay::DecayedHistogram;
 use crate::pattern::{Narrow, PatternKey, PatternVerb};
 
+pub mod charge;
 pub mod release;
 /// The settings live with the configuration; this path stays for code (and
 /// tests) that name it here.

@@ -587,6 +587,6 @@ fn debug_patterns_cost_is_what_admission_charges() {
     let p = c.predict(&k, t0);
     assert_eq!(
         v.predicted_cost_bytes,
-        crate::enforce::decision::charge(&p, 2.0)
+        crate::predict::charge::charge(&p, 2.0)
     );
 }

@@ -5,8 +5,8 @@
 
 use tokio::time::Instant;
 
+use super::charge::charge;
 use super::{PatternCache, PatternStats, Prediction, Store, StoreReason};
-use crate::enforce::decision::charge;
 use crate::pattern::PatternKey;
 
 /// A learned pattern as `/debug/patterns` shows it.

@@ -20,7 +20,7 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::enforce::pool::QuotaPool;
+use crate::budget::pool::QuotaPool;
 
 /// The bucket's burst, in seconds of the share.
 pub const BURST: Duration = Duration::from_secs(1);
