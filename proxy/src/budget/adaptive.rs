@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::signal::{Tail, MIN_WINDOW};
+use super::signal::{Tail, MIN_WINDOW, TAIL_WINDOW};
 use crate::config::settings::budget::Bounds;
 
 /// Over this share of the target the p99 is congestion.
@@ -59,7 +59,8 @@ pub enum State {
     Startup,
     /// After a cut: waiting for what was admitted before it to finish.
     Drain,
-    /// Near the last edge: an eighth per clear epoch, hold in the band.
+    /// Near the last edge: a sixteenth per clear epoch, hold in the band;
+    /// not past the level growth last ran into for a tail window.
     Probe,
 }
 
@@ -97,6 +98,9 @@ pub enum Reason {
     Ceiling,
     /// Wanted to cut, at the floor.
     Floor,
+    /// Wanted to grow past the level that last congested, less than a
+    /// tail window after that cut.
+    Edge,
 }
 
 impl Reason {
@@ -112,11 +116,12 @@ impl Reason {
             Reason::Draining => "draining",
             Reason::Ceiling => "ceiling",
             Reason::Floor => "floor",
+            Reason::Edge => "edge",
         }
     }
 
     /// Every reason, for the metric's labels and the docs' table.
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::NoSignal,
         Reason::Clear,
         Reason::Congested,
@@ -127,6 +132,7 @@ impl Reason {
         Reason::Draining,
         Reason::Ceiling,
         Reason::Floor,
+        Reason::Edge,
     ];
 }
 
@@ -170,6 +176,9 @@ pub struct Controller {
     drained: bool,
     last_change: Instant,
     last_decrease: Option<Instant>,
+    /// The rate the last cut that followed growth was made from, and
+    /// when: growth stops one probe step under it for [`TAIL_WINDOW`].
+    edge: Option<(f64, Instant)>,
     /// `(bytes, seconds from admission to the whole response)`.
     services: VecDeque<(f64, f64)>,
     decision: Option<Decision>,
@@ -218,6 +227,7 @@ impl Controller {
             drained: true,
             last_change: now,
             last_decrease: None,
+            edge: None,
             services: VecDeque::new(),
             decision: None,
             increases: 0,
@@ -320,7 +330,7 @@ impl Controller {
             return None;
         }
         let before = self.rate();
-        let (action, reason) = self.decide(o);
+        let (action, reason) = self.decide(o, now);
         let d = Decision {
             action,
             reason,
@@ -348,7 +358,7 @@ impl Controller {
         Some(d)
     }
 
-    fn decide(&mut self, o: &Observation) -> (Action, Reason) {
+    fn decide(&mut self, o: &Observation, now: Instant) -> (Action, Reason) {
         // The epoch after a cut is not judged: its signal still shows what
         // was admitted before the cut. Probe starts once it has drained.
         if self.state == State::Drain {
@@ -379,7 +389,15 @@ impl Controller {
                 return (Action::Hold, Reason::Floor);
             }
             let cut = ((HEADROOM / SET_POINT) / ratio).max(MIN_CUT);
-            self.rate = (self.rate.min(self.rate()) * cut).max(floor);
+            let from = self.rate.min(self.rate());
+            // An edge is what growth ran into. A cut while holding is the
+            // apiserver's capacity moving (another load, a drop): its
+            // level says nothing about where growth should stop once the
+            // capacity is back.
+            if self.decision.is_some_and(|d| d.action == Action::Increase) {
+                self.edge = Some((from, now));
+            }
+            self.rate = (from * cut).max(floor);
             self.state = State::Drain;
             self.drained = o.inflight_used <= self.inflight();
             self.decreases += 1;
@@ -402,9 +420,24 @@ impl Controller {
             State::Startup => STARTUP_GAIN,
             _ => PROBE_GAIN,
         };
-        self.rate = (self.rate() * gain).min(hi);
+        let mut next = (self.rate() * gain).min(hi);
+        if let Some(edge) = self.edge_in_force(now) {
+            let under = edge / PROBE_GAIN;
+            if self.rate() >= under * 0.999_999 {
+                return (Action::Hold, Reason::Edge);
+            }
+            next = next.min(under);
+        }
+        self.rate = next;
         self.increases += 1;
         (Action::Increase, Reason::Clear)
+    }
+
+    /// The level growth last ran into, while it is remembered: for one
+    /// [`TAIL_WINDOW`] after the cut it caused.
+    fn edge_in_force(&self, now: Instant) -> Option<f64> {
+        let (edge, at) = self.edge?;
+        (now.saturating_duration_since(at) < TAIL_WINDOW).then_some(edge)
     }
 
     /// The last decision in words.
@@ -435,6 +468,7 @@ impl Controller {
             Reason::Idle => "held: clear, but no heavy request waited",
             Reason::Draining => "held: requests admitted before the last cut are still in flight",
             Reason::Ceiling => "held at the ceiling (quota.adaptive.maxBytesPerSecond or quota.bytesPerSecond raises it)",
+            Reason::Edge => "held one probe step under the level that last congested, for a minute after that cut (a crossing costs seconds of slow heartbeats: at most one a minute)",
             Reason::Floor => "held at the floor (quota.adaptive.minBytesPerSecond; a waiting request is admitted at least every 30 s; quota.adaptive.target or floor loosens the target)",
         };
         format!(

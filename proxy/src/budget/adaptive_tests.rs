@@ -111,6 +111,59 @@ fn congestion_cuts_toward_the_band_then_drains_then_probes() {
 }
 
 #[test]
+fn after_a_cut_growth_stops_under_the_edge_for_a_tail_window() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    c.note_service(100.0 * MB, Duration::from_secs(1));
+    let mut t = t0;
+    for _ in 0..6 {
+        t = epoch(&mut c, t, obs(Some(10), 50.0 * MB, 100.0 * MB)).1;
+    }
+    let edge = c.rate();
+    let (d, mut t) = epoch(&mut c, t, obs(Some(60), 0.0, 100.0 * MB));
+    assert_eq!(d.action, Action::Decrease);
+    let cut_at = t;
+    // Clear epochs climb back, but not past one probe step under the edge.
+    let mut held = false;
+    while t.duration_since(cut_at) < TAIL_WINDOW - Duration::from_secs(4) {
+        let (d, next) = epoch(&mut c, t, obs(Some(10), 0.0, 100.0 * MB));
+        t = next;
+        assert!(c.rate() <= edge / PROBE_GAIN * 1.000_001, "{d:?}");
+        held |= d.reason == Reason::Edge;
+    }
+    assert!(held, "the climb reached the edge and held there");
+    // A cut while holding (the capacity moved) is no edge: the one growth
+    // ran into still bounds, and still expires a tail window after it.
+    let r = c.rate();
+    let (d, next) = epoch(&mut c, t, obs(Some(60), 10.0 * MB, 100.0 * MB));
+    t = next;
+    assert_eq!(d.action, Action::Decrease);
+    assert_eq!(
+        c.edge.map(|e| e.0),
+        Some(edge),
+        "{r} held, cut: the edge stays"
+    );
+    // Until a tail window after the first cut it stays under that edge;
+    // then the edge is forgotten and clear epochs probe past it.
+    let mut past = None;
+    for _ in 0..40 {
+        let (d, next) = epoch(&mut c, t, obs(Some(10), 0.0, 100.0 * MB));
+        t = next;
+        if c.rate() > edge / PROBE_GAIN * 1.000_001 {
+            past = Some((d, t));
+            break;
+        }
+    }
+    let (d, at) = past.expect("past the edge once it is forgotten");
+    assert_eq!((d.action, d.reason), (Action::Increase, Reason::Clear));
+    assert!(
+        at.duration_since(cut_at) >= TAIL_WINDOW,
+        "{:?}",
+        at.duration_since(cut_at)
+    );
+}
+
+#[test]
 fn the_band_ends_startup_and_slow_heartbeats_without_heavy_load_are_not_ours() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);

@@ -78,7 +78,7 @@ pub struct Flags {
     /// Refill rate of the byte-cost quota pool, bytes per second; in adaptive mode, when set, its ceiling (quota.bytesPerSecond) [default: 268435456; adaptive: no ceiling but quota.adaptive.maxBytesPerSecond, 4 GiB/s]
     #[arg(long, value_name = "BYTES")]
     pub quota_bytes_per_second: Option<f64>,
-    /// Most bytes the quota pool holds; in adaptive mode, when set, its ceiling (quota.burstBytes) [default: 1073741824; adaptive: one second of the rate]
+    /// Most bytes the quota pool holds (quota.burstBytes); static mode only: the adaptive pool holds no burst, it paces [default: 1073741824]
     #[arg(long, value_name = "BYTES")]
     pub quota_burst_bytes: Option<f64>,
     /// Seconds a heavy request may wait for the quota pool before a 429, e.g. 10 or 2.5s (quota.maxWaitSeconds) [default: 10]
