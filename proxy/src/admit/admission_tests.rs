@@ -1,8 +1,11 @@
 use super::*;
 use crate::config::Config;
 
+/// A static pool of `rate` and `burst` (the adaptive pool holds no burst:
+/// these tests are about the bucket's own mechanics).
 fn config(rate: f64, burst: f64, max_wait: f64) -> Config {
     let mut c = Config::default();
+    c.quota.mode = crate::config::settings::budget::QuotaMode::Static;
     c.quota.bytes_per_second = Some(rate);
     c.quota.burst_bytes = Some(burst);
     c.quota.max_wait_seconds = max_wait;
