@@ -41,18 +41,7 @@ REAL_POD_BYTES=${REAL_POD_BYTES:-900}
 REAL_NODES=${REAL_NODES:-200}
 REAL_PATCH=${REAL_PATCH:-20/s}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
-case $KUBE in
-1.20)
-    TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
-    [[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
-    KUBE_START=$TOOLS/start.sh KUBE_STOP=$TOOLS/stop.sh KUBE_INSTALL=$TOOLS/install.sh
-    ;;
-current)
-    KUBE_START=$ROOT/scripts/kube-current-start.sh KUBE_STOP=$ROOT/scripts/kube-current-stop.sh
-    KUBE_INSTALL=$ROOT/scripts/kube-current.sh
-    ;;
-*) die "KUBE=$KUBE: 1.20 or current" ;;
-esac
+kube_tools
 for v in $VIAS; do [[ $v == direct || $v == enforce || $v == default ]] || die "VIAS: unknown path $v (direct, enforce, default)"; done
 
 NEED_SIM=0
@@ -68,6 +57,7 @@ trap '"$KUBE_STOP" "$K" >/dev/null 2>&1 || true; bench_cleanup' EXIT
 # shellcheck disable=SC1091
 . "$K/env"
 URL=$KUBE_APISERVER_URL
+real_tls_args
 VERSION=$(curl -s -m 5 --cacert "$KUBE_CA_CERT" --cert "$KUBE_ADMIN_CERT" --key "$KUBE_ADMIN_KEY" "$URL/version" |
     grep -o '"gitVersion": *"[^"]*"' | cut -d'"' -f4)
 log "kube-apiserver $VERSION at $URL; seeding $REAL_PODS pods and $REAL_NODES nodes"
@@ -93,11 +83,7 @@ for round in $(seq "$ROUNDS"); do
             mode=()
             [[ $via == enforce ]] && mode=(--mode enforce)
             "$TOLLGATE_BIN" "${mode[@]}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream "$URL" \
-                --upstream-ca "$KUBE_CA_CERT" --tls-cert-file "$KUBE_RUN_DIR/pki/apiserver.crt" \
-                --tls-private-key-file "$KUBE_RUN_DIR/pki/apiserver.key" --client-ca-file "$KUBE_CA_CERT" \
-                --front-proxy-cert "$KUBE_FRONT_PROXY_CLIENT_CERT" --front-proxy-key "$KUBE_FRONT_PROXY_CLIENT_KEY" \
-                --upstream-client-cert "$KUBE_ADMIN_CERT" --upstream-client-key "$KUBE_ADMIN_KEY" \
-                >"$d/tollgate.out" 2>"$d/tollgate.log" &
+                "${REAL_TLS_ARGS[@]}" >"$d/tollgate.out" 2>"$d/tollgate.log" &
             tg=$!
             PIDS+=("$tg")
             target=$(wait_line "$d/tollgate.out" "tollgate serving at " "$tg" "tollgate")

@@ -90,18 +90,7 @@ RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
 KUBE=${KUBE:-1.20}
 BASELINE=${BASELINE:-tollgate}
 TARGET_MS=${TARGET_MS:-}
-case $KUBE in
-1.20)
-    TOOLS=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
-    [[ -x $TOOLS/start.sh ]] || TOOLS=/work/shared/tools/kube-apiserver
-    KUBE_START=$TOOLS/start.sh KUBE_STOP=$TOOLS/stop.sh KUBE_INSTALL=$TOOLS/install.sh
-    ;;
-current)
-    KUBE_START=$ROOT/scripts/kube-current-start.sh KUBE_STOP=$ROOT/scripts/kube-current-stop.sh
-    KUBE_INSTALL=$ROOT/scripts/kube-current.sh
-    ;;
-*) die "KUBE=$KUBE: 1.20 or current" ;;
-esac
+kube_tools
 [[ $BASELINE == tollgate || $BASELINE == direct ]] || die "BASELINE=$BASELINE: tollgate or direct"
 [[ -z $TARGET_MS || $TARGET_MS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "TARGET_MS=$TARGET_MS: a number of milliseconds"
 
@@ -253,10 +242,8 @@ run() {
         } >"$d/tollgate.yaml"
         local tls=()
         if [[ $plane == real ]]; then
-            tls=(--upstream-ca "$KUBE_CA_CERT" --tls-cert-file "$KUBE_RUN_DIR/pki/apiserver.crt"
-                --tls-private-key-file "$KUBE_RUN_DIR/pki/apiserver.key" --client-ca-file "$KUBE_CA_CERT"
-                --front-proxy-cert "$KUBE_FRONT_PROXY_CLIENT_CERT" --front-proxy-key "$KUBE_FRONT_PROXY_CLIENT_KEY"
-                --upstream-client-cert "$KUBE_ADMIN_CERT" --upstream-client-key "$KUBE_ADMIN_KEY")
+            real_tls_args
+            tls=("${REAL_TLS_ARGS[@]}")
         fi
         "$TOLLGATE_BIN" --config "$d/tollgate.yaml" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
             --upstream "$URL" "${tls[@]}" >"$d/tollgate.out" 2>"$d/tollgate.log" &

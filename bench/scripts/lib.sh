@@ -133,6 +133,30 @@ nginx_proxy_conf() { # nginx_proxy_conf DIR PORT UPSTREAM_PORT
             proxy_buffers 4 64k;
         }" "upstream up { server 127.0.0.1:$3; keepalive 64; }"
 }
+# The real apiserver's scripts for KUBE (1.20: ../shared/tools/kube-apiserver or
+# KUBE_APISERVER_TOOLS; current: scripts/kube-current*.sh): sets KUBE_START, KUBE_STOP, KUBE_INSTALL.
+kube_tools() {
+    case $KUBE in
+    1.20)
+        local tools=${KUBE_APISERVER_TOOLS:-$ROOT/../shared/tools/kube-apiserver}
+        [[ -x $tools/start.sh ]] || tools=/work/shared/tools/kube-apiserver
+        KUBE_START=$tools/start.sh KUBE_STOP=$tools/stop.sh KUBE_INSTALL=$tools/install.sh
+        ;;
+    current)
+        KUBE_START=$ROOT/scripts/kube-current-start.sh KUBE_STOP=$ROOT/scripts/kube-current-stop.sh
+        KUBE_INSTALL=$ROOT/scripts/kube-current.sh
+        ;;
+    *) die "KUBE=$KUBE: 1.20 or current" ;;
+    esac
+}
+# tollgate's flags in front of a real apiserver whose env file is sourced: its serving certificate,
+# client CA, front-proxy identity and an admin client certificate upstream. Sets REAL_TLS_ARGS.
+real_tls_args() {
+    REAL_TLS_ARGS=(--upstream-ca "$KUBE_CA_CERT" --tls-cert-file "$KUBE_RUN_DIR/pki/apiserver.crt"
+        --tls-private-key-file "$KUBE_RUN_DIR/pki/apiserver.key" --client-ca-file "$KUBE_CA_CERT"
+        --front-proxy-cert "$KUBE_FRONT_PROXY_CLIENT_CERT" --front-proxy-key "$KUBE_FRONT_PROXY_CLIENT_KEY"
+        --upstream-client-cert "$KUBE_ADMIN_CERT" --upstream-client-key "$KUBE_ADMIN_KEY")
+}
 # Replaces the section of FILE whose heading is SECTION's first line (up to the next "## "),
 # or appends SECTION; creates FILE if missing.
 write_section() { # write_section FILE SECTION
