@@ -176,6 +176,8 @@ pub struct Controller {
     drained: bool,
     last_change: Instant,
     last_decrease: Option<Instant>,
+    /// The last growth, while no cut has followed it.
+    grown: Option<Instant>,
     /// The rate the last cut that followed growth was made from, and
     /// when: growth stops one probe step under it for [`TAIL_WINDOW`].
     edge: Option<(f64, Instant)>,
@@ -227,6 +229,7 @@ impl Controller {
             drained: true,
             last_change: now,
             last_decrease: None,
+            grown: None,
             edge: None,
             services: VecDeque::new(),
             decision: None,
@@ -257,6 +260,18 @@ impl Controller {
             .service_seconds()
             .map_or(b.min_inflight, |d| PACE_GAIN * self.rate() * d);
         paced.clamp(b.min_inflight, b.max_inflight.max(b.min_inflight))
+    }
+
+    /// The rate at which one heavy request is always in flight, bytes/s:
+    /// the apiserver's unloaded seconds per byte, inverted (Little's law:
+    /// in flight = rate × seconds per byte). `None`: none completed yet.
+    pub fn pipe_rate(&self) -> Option<f64> {
+        let per_byte = self
+            .services
+            .iter()
+            .map(|&(b, took)| took / b)
+            .fold(f64::INFINITY, f64::min);
+        (per_byte.is_finite() && per_byte > 0.0).then(|| 1.0 / per_byte)
     }
 
     /// The heavy requests' service time, seconds, as the apiserver serves
@@ -394,9 +409,13 @@ impl Controller {
             // apiserver's capacity moving (another load, a drop): its
             // level says nothing about where growth should stop once the
             // capacity is back.
-            if self.decision.is_some_and(|d| d.action == Action::Increase) {
+            if self
+                .grown
+                .is_some_and(|at| now.saturating_duration_since(at) < TAIL_WINDOW)
+            {
                 self.edge = Some((from, now));
             }
+            self.grown = None;
             self.rate = (from * cut).max(floor);
             self.state = State::Drain;
             self.drained = o.inflight_used <= self.inflight();
@@ -416,11 +435,20 @@ impl Controller {
         if self.rate() >= hi {
             return (Action::Hold, Reason::Ceiling);
         }
-        let gain = match self.state {
-            State::Startup => STARTUP_GAIN,
-            _ => PROBE_GAIN,
-        };
-        let mut next = (self.rate() * gain).min(hi);
+        // Startup ends where one heavy request is always in flight: up to
+        // there each runs alone and doubling is safe; past it they share
+        // the apiserver, and what that costs the protected lanes is found
+        // a probe step at a time (HyStart++ leaves slow start on the
+        // delay's rise, before the loss; here the rise is predictable).
+        let pipe = self.pipe_rate().unwrap_or(f64::INFINITY);
+        if self.state == State::Startup && self.rate() >= pipe * 0.999_999 {
+            self.state = State::Probe;
+        }
+        let mut next = match self.state {
+            State::Startup => (self.rate() * STARTUP_GAIN).min(pipe),
+            _ => self.rate() * PROBE_GAIN,
+        }
+        .min(hi);
         if let Some(edge) = self.edge_in_force(now) {
             let under = edge / PROBE_GAIN;
             if self.rate() >= under * 0.999_999 {
@@ -429,6 +457,7 @@ impl Controller {
             next = next.min(under);
         }
         self.rate = next;
+        self.grown = Some(now);
         self.increases += 1;
         (Action::Increase, Reason::Clear)
     }

@@ -111,6 +111,40 @@ fn congestion_cuts_toward_the_band_then_drains_then_probes() {
 }
 
 #[test]
+fn startup_ends_where_one_heavy_request_is_always_in_flight() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    // 100 MB served in 2 s (and a slower one, which does not count):
+    // one in flight at a time is 50 MB/s.
+    c.note_service(100.0 * MB, Duration::from_secs(2));
+    c.note_service(10.0 * MB, Duration::from_secs(1));
+    assert_eq!(c.pipe_rate(), Some(50.0 * MB));
+    let mut t = t0;
+    let mut rates = Vec::new();
+    while c.state() == State::Startup {
+        let (d, next) = epoch(&mut c, t, obs(Some(10), 10.0 * MB, 100.0 * MB));
+        t = next;
+        assert_eq!(d.reason, Reason::Clear);
+        rates.push(c.rate() / MB);
+        assert!(rates.len() < 20, "{rates:?}");
+    }
+    // Doubling from the floor (the waiting 100 MB per 30 s), the last
+    // step capped at the pipe; the epoch after, Probe's first step.
+    let floor = 100.0 / MAX_SPACING.as_secs_f64();
+    assert_eq!(
+        rates,
+        [
+            2.0 * floor,
+            4.0 * floor,
+            8.0 * floor,
+            50.0,
+            50.0 * PROBE_GAIN
+        ]
+    );
+    assert_eq!(c.state(), State::Probe);
+}
+
+#[test]
 fn after_a_cut_growth_stops_under_the_edge_for_a_tail_window() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
@@ -132,24 +166,21 @@ fn after_a_cut_growth_stops_under_the_edge_for_a_tail_window() {
         held |= d.reason == Reason::Edge;
     }
     assert!(held, "the climb reached the edge and held there");
-    // A cut while holding (the capacity moved) is no edge: the one growth
-    // ran into still bounds, and still expires a tail window after it.
+    // A cut while holding within a tail window of the last growth is an
+    // edge too: the level growth reached congested, a few epochs late.
     let r = c.rate();
     let (d, next) = epoch(&mut c, t, obs(Some(60), 10.0 * MB, 100.0 * MB));
     t = next;
     assert_eq!(d.action, Action::Decrease);
-    assert_eq!(
-        c.edge.map(|e| e.0),
-        Some(edge),
-        "{r} held, cut: the edge stays"
-    );
-    // Until a tail window after the first cut it stays under that edge;
+    assert_eq!(c.edge.map(|e| e.0), Some(r), "held at {r}, cut");
+    let cut_at = t;
+    // Until a tail window after that cut it stays under the new edge;
     // then the edge is forgotten and clear epochs probe past it.
     let mut past = None;
-    for _ in 0..40 {
+    for _ in 0..60 {
         let (d, next) = epoch(&mut c, t, obs(Some(10), 0.0, 100.0 * MB));
         t = next;
-        if c.rate() > edge / PROBE_GAIN * 1.000_001 {
+        if c.rate() > r / PROBE_GAIN * 1.000_001 {
             past = Some((d, t));
             break;
         }
@@ -161,6 +192,26 @@ fn after_a_cut_growth_stops_under_the_edge_for_a_tail_window() {
         "{:?}",
         at.duration_since(cut_at)
     );
+}
+
+#[test]
+fn a_cut_after_holding_for_a_tail_window_is_the_capacity_moving_not_an_edge() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    c.note_service(100.0 * MB, Duration::from_secs(1));
+    let mut t = t0;
+    for _ in 0..3 {
+        t = epoch(&mut c, t, obs(Some(10), 50.0 * MB, 100.0 * MB)).1;
+    }
+    let grown_at = t;
+    while t.duration_since(grown_at) < TAIL_WINDOW {
+        let (d, next) = epoch(&mut c, t, obs(Some(30), 50.0 * MB, 100.0 * MB));
+        t = next;
+        assert_eq!(d.reason, Reason::Band);
+    }
+    let (d, _) = epoch(&mut c, t, obs(Some(60), 50.0 * MB, 100.0 * MB));
+    assert_eq!(d.action, Action::Decrease);
+    assert_eq!(c.edge, None);
 }
 
 #[test]
