@@ -56,7 +56,16 @@
 #                                     namespaces, and paginated limit=500 with continue (one identity,
 #                                     test-user: the tools have one unprivileged user);
 #                             step    calm (a quarter of the rate) for a third of the run, the rate
-#                                     for a third, twice the rate for the last third
+#                                     for a third, twice the rate for the last third;
+#                             what reaches etcd on a current apiserver (issue 33), one client at
+#                             the rate, LISTs of all pods:
+#                             exact   resourceVersionMatch=Exact at the last revision seen;
+#                             paged   limit=500, following continue to the end (one LIST = all pages);
+#                             selector  consistent, label selector (every seeded pod matches);
+#                             a relist storm: RATE informers of all pods start at once a third into
+#                             the run (the rest of it: watches; each informer's LIST is counted):
+#                             informers  LIST (resourceVersion=0) then WATCH, as client-go's reflector;
+#                             watchlist  a streaming list (sendInitialEvents=true, WatchListClient)
 set -euo pipefail
 
 BENCH=goodput
@@ -324,7 +333,27 @@ run() {
                     >"$d/lists-$k.out" 2>"$d/lists-$k.log" || log "$plane $name: a LIST loadgen failed; see $d/lists-$k.log"
             done
             ;;
-        *) die "unknown LIST_SHAPE $LIST_SHAPE (single, mix, step)" ;;
+        exact | paged | selector)
+            local kind
+            case $LIST_SHAPE in
+            exact) kind=(-A --list-rv exact) ;;
+            paged) kind=(-A --list-rv consistent --list-limit 500) ;;
+            selector) kind=(-A -l app.kubernetes.io/managed-by=loadgen --list-rv consistent) ;;
+            esac
+            "${lg[@]}" --lists "$lists_rate/min" "${kind[@]}" --output "$d/lists" \
+                >"$d/lists.out" 2>"$d/lists.log" || log "$plane $name: the LIST loadgen failed; see $d/lists.log"
+            ;;
+        informers | watchlist)
+            # The storm's schedule, not a wait for a condition: they start a third into the run.
+            local third=$((RUN_SECONDS / 3)) wl=()
+            [[ $LIST_SHAPE == watchlist ]] && wl=(--watch-list)
+            sleep "$third"
+            "$LOADGEN_BIN" --server "$target" --duration "$((RUN_SECONDS - third))s" --no-progress "${list_auth[@]}" \
+                --timeout 60s --drain-timeout 5s --watches "$lists_rate" --watch-all-namespaces \
+                "${wl[@]}" --output "$d/lists" \
+                >"$d/lists.out" 2>"$d/lists.log" || log "$plane $name: the informers' loadgen failed; see $d/lists.log"
+            ;;
+        *) die "unknown LIST_SHAPE $LIST_SHAPE (single, mix, step, exact, paged, selector, informers, watchlist)" ;;
         esac
     fi
     wait "$hb" || log "$plane $name: the heartbeat loadgen failed; see $d/hb.log"
@@ -357,7 +386,8 @@ def lists():
     agg = {"requests": 0, "status_codes": {}}
     for sub in sorted(os.listdir(d)):
         if sub == "lists" or sub.startswith("lists-") and os.path.isdir(os.path.join(d, sub)):
-            o = op(sub, "list")
+            # An informer's LIST (or streaming list) is its "watch-list" operation.
+            o = op(sub, "list") or op(sub, "watch-list")
             agg["requests"] += o.get("requests", 0)
             for c, n in o.get("status_codes", {}).items():
                 agg["status_codes"][c] = agg["status_codes"].get(c, 0) + n

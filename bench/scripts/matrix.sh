@@ -12,6 +12,12 @@
 #   mix-300                     10,000 pods, 300/min of four kinds (goodput.sh's LIST_SHAPE=mix)
 #   step-240                    10,000 pods, 60 -> 240 -> 480/min (LIST_SHAPE=step)
 #   hb100-240                   10,000 pods, 240/min, heartbeats at 100/s (from 1,000 nodes)
+# What reaches etcd on a current apiserver, or replaces relists there (issue 33; KUBE=current):
+#   exact-240 paged-240 sel-240 10,000 pods, 240/min: exact-revision LISTs, paginated LISTs (limit
+#                               500 with continue), label-selector LISTs (goodput.sh's LIST_SHAPE)
+#   inf-50 wl-50                10,000 pods, 50 informers starting at once a third into the run:
+#                               LIST then WATCH, or a streaming list (RATE is their count, and the
+#                               oracle's sweep halves it)
 # The heartbeats are 20 node-status PATCH/s unless the cell says.
 #
 # The oracle's sweep: direct runs at the cell's rate, then halving until one passes (at most
@@ -66,6 +72,11 @@ cell() {
     mix-300) echo "PODS=10000 RATE=300 SHAPE=mix PATCH=20/s NODES=200" ;;
     step-240) echo "PODS=10000 RATE=240 SHAPE=step PATCH=20/s NODES=200" ;;
     hb100-240) echo "PODS=10000 RATE=240 SHAPE=single PATCH=100/s NODES=1000" ;;
+    exact-240) echo "PODS=10000 RATE=240 SHAPE=exact PATCH=20/s NODES=200" ;;
+    paged-240) echo "PODS=10000 RATE=240 SHAPE=paged PATCH=20/s NODES=200" ;;
+    sel-240) echo "PODS=10000 RATE=240 SHAPE=selector PATCH=20/s NODES=200" ;;
+    inf-50) echo "PODS=10000 RATE=50 SHAPE=informers PATCH=20/s NODES=200" ;;
+    wl-50) echo "PODS=10000 RATE=50 SHAPE=watchlist PATCH=20/s NODES=200" ;;
     tiny) echo "PODS=500 RATE=60 SHAPE=single PATCH=20/s NODES=20" ;;
     *) die "unknown cell $1" ;;
     esac

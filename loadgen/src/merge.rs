@@ -181,6 +181,7 @@ fn add_watches(a: &WatchSummary, b: &WatchSummary) -> WatchSummary {
         relists: a.relists + b.relists,
         gone_410: a.gone_410 + b.gone_410,
         errors: a.errors + b.errors,
+        stream_refusals: a.stream_refusals + b.stream_refusals,
     }
 }
 

@@ -12,7 +12,7 @@
 //!   retries, final_429}, rejections_429_body: {status_json, plain_text}, bytes,
 //!   server_classes: [{class, source, name?, requests, rejected_429, rate_429, errors,
 //!   latency_ms}]}], watches: {watchers, active_at_end, events, bookmarks,
-//!   reconnects, relists, gone_410, errors} | null, nodes: {nodes,
+//!   reconnects, relists, gone_410, errors, stream_refusals} | null, nodes: {nodes,
 //!   heartbeat_interval_s, lease_renew_interval_s, daemons, pods_bound,
 //!   daemon_watches: {…as watches}} | null, server_metrics: [{url,
 //!   samples, scrape_errors, cpu_source, cpu_cores_avg, cpu_cores_peak,
@@ -426,6 +426,13 @@ impl Report {
                 "watches: {} watchers, {} active at end, {} events, {} bookmarks, {} reconnects, {} relists ({} gone), {} errors",
                 w.watchers, w.active_at_end, w.events, w.bookmarks, w.reconnects, w.relists, w.gone_410, w.errors
             );
+            if w.stream_refusals > 0 {
+                let _ = writeln!(
+                    out,
+                    "watches: {} streaming lists refused by the apiserver (then LIST and WATCH)",
+                    w.stream_refusals
+                );
+            }
         }
         if let Some(n) = &self.nodes {
             let w = &n.daemon_watches;

@@ -10,7 +10,7 @@ use crate::ops::{ListRv, OpKind, OpSpec, PatchTarget, PatchType, Resource};
 use crate::rate::Rate;
 use crate::schedule::ScheduleKind;
 use crate::send::SendOptions;
-use crate::watch::WatchSpec;
+use crate::watch::{InitialList, WatchSpec};
 use crate::{BurstSpec, Config, Shard};
 
 /// The flags of a run.
@@ -159,6 +159,9 @@ pub struct RunArgs {
     /// Field selector for watches.
     #[arg(long, help_heading = "Operations")]
     pub watch_field_selector: Option<String>,
+    /// Watches start with a streaming list (sendInitialEvents=true, client-go's WatchListClient) instead of LIST then WATCH; where the apiserver refuses it, LIST then WATCH [default: false].
+    #[arg(long, help_heading = "Operations")]
+    pub watch_list: bool,
 
     // --- simulated nodes ---
     #[command(flatten)]
@@ -323,6 +326,11 @@ impl RunArgs {
                 field_selector: self.watch_field_selector.clone(),
                 per_connection: self.watches_per_connection.max(1),
                 timeout: None,
+                initial: if self.watch_list {
+                    InitialList::Stream
+                } else {
+                    InitialList::List
+                },
             }),
             _ => None,
         })

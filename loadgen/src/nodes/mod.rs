@@ -286,6 +286,7 @@ fn start_daemons(
             field_selector: Some(format!("spec.nodeName={node}")),
             per_connection: per_conn,
             timeout: spec.daemon_watch_timeout,
+            initial: crate::watch::InitialList::List,
         };
         for _ in 0..spec.daemons_per_node {
             if id > 0 && id.is_multiple_of(per_conn) {

@@ -387,6 +387,7 @@ impl Active {
                     field_selector: None,
                     per_connection: 100,
                     timeout: None,
+                    initial: crate::watch::InitialList::List,
                 };
                 let client = ApiClient::new(ctx.target);
                 let tasks = (0..m.watches)

@@ -177,6 +177,7 @@ impl PodTracker {
             id: 0,
             backoff: BackoffPolicy::CLIENT_GO,
             after_failure: AfterFailure::Relist,
+            initial: informer::InitialList::List,
         };
         let listed = Arc::new(AtomicBool::new(false));
         let rec = Recorder {

@@ -64,6 +64,7 @@ pub async fn run(
         id: 0,
         backoff: BACKOFF,
         after_failure: AfterFailure::Relist,
+        initial: informer::InitialList::List,
     };
     informer::run(lw, Feed { kind, timeout, tx }, stop).await;
 }

@@ -7,6 +7,14 @@
 //! the last revision seen → on 410 Gone, re-LIST; on an error, back off, then
 //! re-WATCH from the last revision (or re-LIST, as the handler's
 //! [`AfterFailure`] says).
+//!
+//! With [`InitialList::Stream`] the LIST is a streaming list instead, as
+//! client-go's `WatchListClient` does it: one WATCH with
+//! `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, whose every
+//! object arrives as ADDED, then a BOOKMARK annotated
+//! `k8s.io/initial-events-end`, then the watch goes on. An apiserver that
+//! refuses it (4xx: before 1.27, or the feature off) gets LIST → WATCH for
+//! the rest of the run, as client-go falls back.
 
 use std::future::Future;
 use std::time::Duration;
@@ -36,7 +44,21 @@ pub struct ListWatch {
     pub id: u64,
     pub backoff: BackoffPolicy,
     pub after_failure: AfterFailure,
+    pub initial: InitialList,
 }
+
+/// How an informer gets the objects that exist before it watches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InitialList {
+    /// LIST (`resourceVersion=0`, from the watch cache), then WATCH.
+    #[default]
+    List,
+    /// A streaming list: the WATCH sends them first (WatchList).
+    Stream,
+}
+
+/// The annotation of the BOOKMARK that ends a streaming list's objects.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// Where an informer resumes after a failed watch (once backed off).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +93,8 @@ pub enum Transition {
     WatchFailed,
     /// A BOOKMARK was read.
     Bookmark,
+    /// The apiserver refused a streaming list: LIST → WATCH from now on.
+    StreamRefused,
 }
 
 /// What one informer does with what it sees.
@@ -90,14 +114,24 @@ pub trait Handler {
 
     /// A state change, for counters.
     fn transition(&mut self, _t: Transition) {}
+
+    /// A streaming list delivered its last object `took` after it was
+    /// sent, in `bytes` on the wire.
+    fn streamed(&mut self, _took: Duration, _bytes: u64) {}
 }
 
 /// The informer's states.
 #[derive(Debug)]
 enum State {
     Listing,
-    Watching { rv: String },
-    Backoff { next: Box<State> },
+    /// A streaming list's WATCH, until its objects have all come.
+    Streaming,
+    Watching {
+        rv: String,
+    },
+    Backoff {
+        next: Box<State>,
+    },
 }
 
 /// How long to wait after trouble: `initial`, doubling to `cap`, times
@@ -167,6 +201,17 @@ enum StreamEnd {
     Gone,
     /// Error: back off, then re-watch from `rv` (or relist).
     Failed(String),
+    /// A streaming list was answered 4xx (not 410 or 429): not supported.
+    Refused,
+}
+
+/// Where a watch stream starts.
+#[derive(Debug, Clone, Copy)]
+enum From<'a> {
+    /// After a revision seen (a LIST's, or the last event's).
+    Revision(&'a str),
+    /// A streaming list: the objects first, then the watch.
+    InitialEvents,
 }
 
 impl ListWatch {
@@ -178,24 +223,64 @@ impl ListWatch {
 }
 
 /// Lists and watches until `stop` is cancelled.
-pub async fn run<H: Handler>(lw: ListWatch, mut handler: H, stop: CancellationToken) {
+pub async fn run<H: Handler>(mut lw: ListWatch, mut handler: H, stop: CancellationToken) {
     let mut state = State::Listing;
     let mut backoff = Backoff::new(lw.backoff);
     loop {
         state = tokio::select! {
             _ = stop.cancelled() => return,
-            next = step(&lw, &mut handler, state, &mut backoff) => next,
+            next = step(&mut lw, &mut handler, state, &mut backoff) => next,
         };
     }
 }
 
 async fn step<H: Handler>(
-    lw: &ListWatch,
+    lw: &mut ListWatch,
     handler: &mut H,
     state: State,
     backoff: &mut Backoff,
 ) -> State {
     match state {
+        State::Listing if lw.initial == InitialList::Stream => State::Streaming,
+        State::Streaming => {
+            handler.transition(Transition::WatchOpened);
+            let (end, synced) = watch(lw, handler, From::InitialEvents).await;
+            handler.transition(Transition::WatchClosed);
+            match end {
+                StreamEnd::Refused => {
+                    handler.transition(Transition::StreamRefused);
+                    lw.initial = InitialList::List;
+                    State::Listing
+                }
+                // Once the objects have all come it is a watch like any.
+                StreamEnd::Closed(rv) if synced => {
+                    backoff.reset();
+                    handler.transition(Transition::Reconnect);
+                    State::Watching { rv }
+                }
+                StreamEnd::Failed(rv) if synced => {
+                    handler.transition(Transition::WatchFailed);
+                    let next = match lw.after_failure {
+                        AfterFailure::Rewatch => State::Watching { rv },
+                        AfterFailure::Relist => State::Listing,
+                    };
+                    State::Backoff {
+                        next: Box::new(next),
+                    }
+                }
+                StreamEnd::Gone => {
+                    handler.transition(Transition::Gone);
+                    State::Listing
+                }
+                // Cut short, the list starts over, as a failed LIST does.
+                _ => {
+                    handler.transition(Transition::ListFailed);
+                    State::Backoff {
+                        next: Box::new(State::Listing),
+                    }
+                }
+            }
+        }
         State::Listing => {
             let path = lw.path(&["resourceVersion=0".into()]);
             match handler.list(lw, path).await {
@@ -214,7 +299,7 @@ async fn step<H: Handler>(
         }
         State::Watching { rv } => {
             handler.transition(Transition::WatchOpened);
-            let end = watch(lw, handler, &rv).await;
+            let (end, _) = watch(lw, handler, From::Revision(&rv)).await;
             handler.transition(Transition::WatchClosed);
             match end {
                 StreamEnd::Closed(rv) => {
@@ -226,7 +311,12 @@ async fn step<H: Handler>(
                     handler.transition(Transition::Gone);
                     State::Listing
                 }
-                StreamEnd::Failed(rv) => {
+                // Only a streaming list is refused; a watch's 4xx is a failure.
+                StreamEnd::Failed(_) | StreamEnd::Refused => {
+                    let rv = match end {
+                        StreamEnd::Failed(last) => last,
+                        _ => rv,
+                    };
                     handler.transition(Transition::WatchFailed);
                     let next = match lw.after_failure {
                         AfterFailure::Rewatch => State::Watching { rv },
@@ -241,67 +331,101 @@ async fn step<H: Handler>(
     }
 }
 
-/// One watch stream from `rv` until it ends.
-async fn watch<H: Handler>(lw: &ListWatch, handler: &mut H, rv: &str) -> StreamEnd {
+/// One watch stream until it ends, and whether a streaming list's objects
+/// had all come by then.
+async fn watch<H: Handler>(lw: &ListWatch, handler: &mut H, from: From<'_>) -> (StreamEnd, bool) {
     // Like client-go: a random server-side timeout between 5 and 10 minutes.
     let timeout_s = match lw.watch_timeout {
         Some(t) => t.as_secs().max(1),
         None => 300 + (lw.id * 7919 + unix_nanos() as u64) % 300,
     };
-    let path = lw.path(&[
-        "watch=1".into(),
-        format!("resourceVersion={}", encode(rv)),
-        "allowWatchBookmarks=true".into(),
-        format!("timeoutSeconds={timeout_s}"),
-    ]);
+    let mut params = vec!["watch=1".to_string()];
+    let mut rv = match from {
+        From::Revision(rv) => {
+            params.push(format!("resourceVersion={}", encode(rv)));
+            rv.to_string()
+        }
+        // resourceVersion unset with NotOlderThan: the objects as of a
+        // consistent read, as client-go asks for them.
+        From::InitialEvents => {
+            params.push("sendInitialEvents=true".into());
+            params.push("resourceVersionMatch=NotOlderThan".into());
+            String::new()
+        }
+    };
+    params.push("allowWatchBookmarks=true".into());
+    params.push(format!("timeoutSeconds={timeout_s}"));
+    let path = lw.path(&params);
     let client = &lw.client;
+    let started = Instant::now();
     let req = match client.request(http::Method::GET, &path, None) {
         Ok(r) => r,
-        Err(_) => return StreamEnd::Failed(rv.to_string()),
+        Err(_) => return (StreamEnd::Failed(rv), false),
     };
     let resp = match tokio::time::timeout(lw.request_timeout, client.send(req)).await {
         Ok(Ok(r)) => r,
-        _ => return StreamEnd::Failed(rv.to_string()),
+        _ => return (StreamEnd::Failed(rv), false),
     };
+    let streaming = matches!(from, From::InitialEvents);
     match resp.status().as_u16() {
         200..=299 => {}
-        410 => return StreamEnd::Gone,
+        410 => return (StreamEnd::Gone, false),
         401 => {
             client.unauthorized();
-            return StreamEnd::Failed(rv.to_string());
+            return (StreamEnd::Failed(rv), false);
         }
-        _ => return StreamEnd::Failed(rv.to_string()),
+        400..=499 if streaming && resp.status().as_u16() != 429 => {
+            return (StreamEnd::Refused, false)
+        }
+        _ => return (StreamEnd::Failed(rv), false),
     }
-    let mut rv = rv.to_string();
+    // A watch is synced from the start; a streaming list at its bookmark.
+    let mut synced = !streaming;
+    let mut bytes = 0u64;
     let mut body = resp.into_body();
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let frame = match body.frame().await {
-            None => return StreamEnd::Closed(rv),
-            Some(Err(_)) => return StreamEnd::Failed(rv),
+            None => return (StreamEnd::Closed(rv), synced),
+            Some(Err(_)) => return (StreamEnd::Failed(rv), synced),
             Some(Ok(f)) => f,
         };
         let Some(data) = frame.data_ref() else {
             continue;
         };
+        bytes += data.len() as u64;
         buf.extend_from_slice(data);
         while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buf.drain(..=nl).collect();
-            if let Some(end) = on_line(handler, &line, &mut rv).await {
-                return end;
+            match on_line(handler, &line, &mut rv).await {
+                Line::Event => {}
+                Line::InitialEventsEnd if !synced => {
+                    synced = true;
+                    handler.streamed(started.elapsed(), bytes);
+                }
+                Line::InitialEventsEnd => {}
+                Line::End(end) => return (end, synced),
             }
         }
     }
 }
 
+/// What one line of a watch stream was.
+enum Line {
+    Event,
+    /// The bookmark after a streaming list's objects.
+    InitialEventsEnd,
+    End(StreamEnd),
+}
+
 /// One line of the stream: a WatchEvent.
-async fn on_line<H: Handler>(handler: &mut H, line: &[u8], rv: &mut String) -> Option<StreamEnd> {
+async fn on_line<H: Handler>(handler: &mut H, line: &[u8], rv: &mut String) -> Line {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
-        return None;
+        return Line::Event;
     }
     let Ok(mut event) = serde_json::from_slice::<Value>(trimmed) else {
-        return Some(StreamEnd::Failed(rv.clone()));
+        return Line::End(StreamEnd::Failed(rv.clone()));
     };
     let object = event["object"].take();
     let kind = match event["type"].as_str().unwrap_or("") {
@@ -310,13 +434,18 @@ async fn on_line<H: Handler>(handler: &mut H, line: &[u8], rv: &mut String) -> O
         "DELETED" => EventType::Deleted,
         "BOOKMARK" => {
             handler.transition(Transition::Bookmark);
-            if let Some(v) = object["metadata"]["resourceVersion"].as_str() {
+            let meta = &object["metadata"];
+            if let Some(v) = meta["resourceVersion"].as_str() {
                 *rv = v.to_string();
             }
-            return None;
+            return if meta["annotations"][INITIAL_EVENTS_END].as_str() == Some("true") {
+                Line::InitialEventsEnd
+            } else {
+                Line::Event
+            };
         }
         _ => {
-            return Some(if object["code"].as_u64() == Some(410) {
+            return Line::End(if object["code"].as_u64() == Some(410) {
                 StreamEnd::Gone
             } else {
                 StreamEnd::Failed(rv.clone())
@@ -327,8 +456,8 @@ async fn on_line<H: Handler>(handler: &mut H, line: &[u8], rv: &mut String) -> O
         *rv = v.to_string();
     }
     if handler.event(kind, object, line.len()).await {
-        None
+        Line::Event
     } else {
-        Some(StreamEnd::Failed(rv.clone()))
+        Line::End(StreamEnd::Failed(rv.clone()))
     }
 }

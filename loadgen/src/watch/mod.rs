@@ -27,6 +27,7 @@ use crate::ops::{encode, unix_nanos, Planned, Resource, WRITTEN_AT};
 use crate::record::{OpRecorder, Outcome};
 use crate::send::{self, SendOptions};
 use crate::target::ApiClient;
+pub use informer::InitialList;
 use informer::{AfterFailure, BackoffPolicy, EventType, Handler, ListWatch, Transition};
 
 /// What `--watches N` watches.
@@ -42,6 +43,8 @@ pub struct WatchSpec {
     pub per_connection: u64,
     /// Server-side timeout of each watch request (`None`: 5–10 min at random, as client-go).
     pub timeout: Option<Duration>,
+    /// LIST then WATCH, or a streaming list.
+    pub initial: InitialList,
 }
 
 /// Counters shared by all watchers.
@@ -54,6 +57,7 @@ pub struct WatchStats {
     pub relists: AtomicU64,
     pub gone: AtomicU64,
     pub errors: AtomicU64,
+    pub stream_refusals: AtomicU64,
 }
 
 /// Watch counters at the end of the run.
@@ -67,6 +71,9 @@ pub struct WatchSummary {
     pub relists: u64,
     pub gone_410: u64,
     pub errors: u64,
+    /// Streaming lists the apiserver refused (then LIST → WATCH).
+    #[serde(default)]
+    pub stream_refusals: u64,
 }
 
 impl WatchSummary {
@@ -82,6 +89,7 @@ impl WatchSummary {
             relists: get(&w.relists),
             gone_410: get(&w.gone),
             errors: get(&w.errors),
+            stream_refusals: get(&w.stream_refusals),
         }
     }
 }
@@ -136,6 +144,7 @@ impl Watcher {
             id: self.id,
             backoff: BackoffPolicy::CLIENT_GO,
             after_failure: AfterFailure::Rewatch,
+            initial: self.spec.initial,
         };
         let handler = Timing {
             watcher: self,
@@ -145,8 +154,9 @@ impl Watcher {
     }
 }
 
-/// A watcher's part of the informer: the LIST recorded as an operation (its
-/// items counted, not kept), and each freshly stamped event timed.
+/// A watcher's part of the informer: the LIST (or streaming list) recorded
+/// as an operation (its items counted, not kept), and each freshly stamped
+/// event timed.
 struct Timing {
     watcher: Watcher,
     stamps: Stamps,
@@ -206,6 +216,18 @@ impl Handler for Timing {
                 s.reconnects.fetch_add(1, Ordering::Relaxed)
             }
             Transition::Bookmark => s.bookmarks.fetch_add(1, Ordering::Relaxed),
+            Transition::StreamRefused => s.stream_refusals.fetch_add(1, Ordering::Relaxed),
         };
+    }
+
+    /// A streaming list is recorded as the LIST it replaces: from the
+    /// request to its last object.
+    fn streamed(&mut self, took: Duration, bytes: u64) {
+        let outcome = Outcome {
+            status: Some(200),
+            bytes,
+            ..Default::default()
+        };
+        self.watcher.lists.record(&outcome, took, false);
     }
 }

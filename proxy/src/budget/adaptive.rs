@@ -198,6 +198,9 @@ pub struct ControllerView {
     pub inflight_bytes: f64,
     /// The heavy requests' service time the in-flight budget is paced by.
     pub service_seconds: Option<f64>,
+    /// Where startup ends: the largest waiting request always in flight,
+    /// bytes/s (`None`: none waits, or none as large has completed).
+    pub pipe_bytes_per_second: Option<f64>,
     pub epoch_seconds: f64,
     /// What bounds it now: `minBytesPerSecond` or the waiting request's
     /// cost per 30 s, whichever is larger; `maxBytesPerSecond`.
@@ -262,13 +265,19 @@ impl Controller {
         paced.clamp(b.min_inflight, b.max_inflight.max(b.min_inflight))
     }
 
-    /// The rate at which one heavy request is always in flight, bytes/s:
-    /// the apiserver's unloaded seconds per byte, inverted (Little's law:
-    /// in flight = rate × seconds per byte). `None`: none completed yet.
-    pub fn pipe_rate(&self) -> Option<f64> {
+    /// The rate at which one heavy request of `size` bytes is always in
+    /// flight, bytes/s: the apiserver's unloaded seconds per byte for
+    /// requests at least that large, inverted (Little's law: in flight =
+    /// rate × seconds per byte). `None`: none that large has completed —
+    /// a small request's fixed costs (a round trip, authentication, an
+    /// etcd range's setup) per byte would put it far too low (the mix's
+    /// namespace LISTs of a few kB put it at 8 MB/s where LISTs of all
+    /// pods run back to back at 300).
+    pub fn pipe_rate(&self, size: f64) -> Option<f64> {
         let per_byte = self
             .services
             .iter()
+            .filter(|&&(b, _)| b >= size)
             .map(|&(b, took)| took / b)
             .fold(f64::INFINITY, f64::min);
         (per_byte.is_finite() && per_byte > 0.0).then(|| 1.0 / per_byte)
@@ -311,10 +320,6 @@ impl Controller {
 
     pub fn state(&self) -> State {
         self.state
-    }
-
-    pub fn last_decrease(&self) -> Option<Instant> {
-        self.last_decrease
     }
 
     pub fn last_decision(&self) -> Option<Decision> {
@@ -440,7 +445,7 @@ impl Controller {
         // the apiserver, and what that costs the protected lanes is found
         // a probe step at a time (HyStart++ leaves slow start on the
         // delay's rise, before the loss; here the rise is predictable).
-        let pipe = self.pipe_rate().unwrap_or(f64::INFINITY);
+        let pipe = self.pipe_rate(self.waiting).unwrap_or(f64::INFINITY);
         if self.state == State::Startup && self.rate() >= pipe * 0.999_999 {
             self.state = State::Probe;
         }
@@ -518,6 +523,7 @@ impl Controller {
             bytes_per_second: self.rate(),
             inflight_bytes: self.inflight(),
             service_seconds: self.service_seconds(),
+            pipe_bytes_per_second: self.pipe_rate(self.waiting_now),
             epoch_seconds: self.epoch().as_secs_f64(),
             floor_bytes_per_second: self.floor(),
             ceiling_bytes_per_second: self.bounds.max_rate,

@@ -114,11 +114,13 @@ fn congestion_cuts_toward_the_band_then_drains_then_probes() {
 fn startup_ends_where_one_heavy_request_is_always_in_flight() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    // 100 MB served in 2 s (and a slower one, which does not count):
-    // one in flight at a time is 50 MB/s.
+    // 100 MB served in 2 s (and a smaller, slower one, which does not
+    // count): one in flight at a time is 50 MB/s.
     c.note_service(100.0 * MB, Duration::from_secs(2));
     c.note_service(10.0 * MB, Duration::from_secs(1));
-    assert_eq!(c.pipe_rate(), Some(50.0 * MB));
+    assert_eq!(c.pipe_rate(100.0 * MB), Some(50.0 * MB));
+    assert_eq!(c.pipe_rate(10.0 * MB), Some(50.0 * MB));
+    assert_eq!(c.pipe_rate(200.0 * MB), None, "none that large yet");
     let mut t = t0;
     let mut rates = Vec::new();
     while c.state() == State::Startup {

@@ -284,10 +284,9 @@ impl ByteBudget {
 
     /// The tail of the signal `source` names.
     fn tail(&mut self, source: &str, target: Duration, now: Instant) -> Option<Tail> {
-        let since = self.controller.last_decrease();
         match source {
-            "protected" => self.signal.tail(target, now, since),
-            _ => self.fallback.tail(target, now, since),
+            "protected" => self.signal.tail(target, now),
+            _ => self.fallback.tail(target, now),
         }
     }
 
@@ -524,7 +523,8 @@ mod tests {
             now += ms(50);
             b.record_workload(ms(80), now - ms(80), now);
         }
-        assert_eq!(b.signal(now), ("workload", Some(ms(80)), ms(50)));
+        // Their quiet runs give the baseline as well: the target is 2 × 80 ms.
+        assert_eq!(b.signal(now), ("workload", Some(ms(80)), ms(160)));
         for _ in 0..40 {
             now += ms(50);
             b.record_protected(ms(7), now - ms(7), now);

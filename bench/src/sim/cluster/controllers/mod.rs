@@ -128,6 +128,7 @@ pub fn start(
             id: 0,
             backoff: BACKOFF,
             after_failure: AfterFailure::Relist,
+            initial: Default::default(),
         };
         let feed = Feed {
             res,
