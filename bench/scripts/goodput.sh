@@ -484,7 +484,7 @@ for line in open(os.path.join(tmp, "runs")):
     l = {"requests": 0, "status_codes": {}}
     for sub in sorted(os.listdir(d)):
         if sub == "lists" or sub.startswith("lists-") and os.path.isdir(os.path.join(d, sub)):
-            o = op(d, sub, "list")
+            o = op(d, sub, "list") or op(d, sub, "watch-list")
             l["requests"] += o.get("requests", 0)
             for c, n in o.get("status_codes", {}).items():
                 l["status_codes"][c] = l["status_codes"].get(c, 0) + n

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::signal::{Tail, MIN_WINDOW, TAIL_WINDOW};
+use super::signal::{Tail, BASELINE_HORIZON, MIN_WINDOW, TAIL_WINDOW};
 use crate::config::settings::budget::Bounds;
 
 /// Over this share of the target the p99 is congestion.
@@ -183,6 +183,9 @@ pub struct Controller {
     edge: Option<(f64, Instant)>,
     /// `(bytes, seconds from admission to the whole response)`.
     services: VecDeque<(f64, f64)>,
+    /// The shortest seconds per byte of any completion, and when it was
+    /// seen: kept for [`BASELINE_HORIZON`], as the latency baseline is.
+    fastest: Option<(f64, Instant)>,
     decision: Option<Decision>,
     increases: u64,
     decreases: u64,
@@ -235,6 +238,7 @@ impl Controller {
             grown: None,
             edge: None,
             services: VecDeque::new(),
+            fastest: None,
             decision: None,
             increases: 0,
             decreases: 0,
@@ -260,24 +264,26 @@ impl Controller {
     pub fn inflight(&self) -> f64 {
         let b = &self.bounds;
         let paced = self
-            .service_seconds()
+            .unloaded_service_seconds()
             .map_or(b.min_inflight, |d| PACE_GAIN * self.rate() * d);
         paced.clamp(b.min_inflight, b.max_inflight.max(b.min_inflight))
     }
 
     /// The rate at which one heavy request of `size` bytes is always in
     /// flight, bytes/s: the apiserver's unloaded seconds per byte for
-    /// requests at least that large, inverted (Little's law: in flight =
-    /// rate × seconds per byte). `None`: none that large has completed —
-    /// a small request's fixed costs (a round trip, authentication, an
-    /// etcd range's setup) per byte would put it far too low (the mix's
-    /// namespace LISTs of a few kB put it at 8 MB/s where LISTs of all
-    /// pods run back to back at 300).
+    /// requests of that order of size (at least half of it), inverted
+    /// (Little's law: in flight = rate × seconds per byte). `None`: none
+    /// that large has completed — a small request's fixed costs (a round
+    /// trip, authentication, an etcd range's setup) per byte would put it
+    /// far too low (the mix's namespace LISTs of a few kB put it at 8 MB/s
+    /// where LISTs of all pods run back to back at 300). Half, not all of
+    /// it: a pattern's prediction moves by a few percent as it is learned,
+    /// and its own completions must count.
     pub fn pipe_rate(&self, size: f64) -> Option<f64> {
         let per_byte = self
             .services
             .iter()
-            .filter(|&&(b, _)| b >= size)
+            .filter(|&&(b, _)| 2.0 * b >= size)
             .map(|&(b, took)| took / b)
             .fold(f64::INFINITY, f64::min);
         (per_byte.is_finite() && per_byte > 0.0).then(|| 1.0 / per_byte)
@@ -296,6 +302,29 @@ impl Controller {
         (bytes > 0.0).then(|| per_byte * squares / bytes)
     }
 
+    /// The service time the in-flight budget is paced by: as
+    /// [`Self::service_seconds`], at the shortest time per byte of the last
+    /// [`BASELINE_HORIZON`] if that is shorter. The last 32 completions
+    /// alone are all slowed once the apiserver is loaded, and a longer
+    /// service time widens the in-flight budget, which lets more in and
+    /// slows them further: on kube-apiserver 1.37.2 (LISTs from the watch
+    /// cache, priced 26 MB each) it grew from 0.28 to 6.9 s and let 32
+    /// LISTs run at once. BBR keeps its minimum round trip for 10 s and
+    /// then drains to measure it again; here the apiserver at rest is
+    /// remembered as long as the latency baseline is.
+    pub fn unloaded_service_seconds(&self) -> Option<f64> {
+        let d = self.service_seconds()?;
+        let window = self
+            .services
+            .iter()
+            .map(|&(b, took)| took / b)
+            .fold(f64::INFINITY, f64::min);
+        Some(match self.fastest {
+            Some((fastest, _)) if fastest < window => d * fastest / window,
+            _ => d,
+        })
+    }
+
     /// The epoch: a request admitted at its start finishes, and the
     /// signal's window sees it.
     pub fn epoch(&self) -> Duration {
@@ -303,11 +332,16 @@ impl Controller {
     }
 
     /// A heavy request of predicted cost `bytes` was served whole in
-    /// `took`, from admission.
-    pub fn note_service(&mut self, bytes: f64, took: Duration) {
+    /// `took`, from admission, ending at `now`.
+    pub fn note_service(&mut self, bytes: f64, took: Duration, now: Instant) {
         if !(bytes.is_finite() && bytes > 0.0) {
             return;
         }
+        let per_byte = took.as_secs_f64() / bytes;
+        let fresh = self.fastest.filter(|&(f, at)| {
+            f <= per_byte && now.saturating_duration_since(at) <= BASELINE_HORIZON
+        });
+        self.fastest = fresh.or(Some((per_byte, now)));
         if self.services.len() == SERVICE_SAMPLES {
             self.services.pop_front();
         }
@@ -522,7 +556,7 @@ impl Controller {
             state: self.state,
             bytes_per_second: self.rate(),
             inflight_bytes: self.inflight(),
-            service_seconds: self.service_seconds(),
+            service_seconds: self.unloaded_service_seconds(),
             pipe_bytes_per_second: self.pipe_rate(self.waiting_now),
             epoch_seconds: self.epoch().as_secs_f64(),
             floor_bytes_per_second: self.floor(),

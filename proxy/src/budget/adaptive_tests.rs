@@ -72,7 +72,7 @@ fn a_cold_start_doubles_per_clear_epoch_while_requests_wait() {
 fn congestion_cuts_toward_the_band_then_drains_then_probes() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    c.note_service(100.0 * MB, Duration::from_secs(1));
+    c.note_service(100.0 * MB, Duration::from_secs(1), t0);
     assert_eq!(c.epoch(), MIN_WINDOW + Duration::from_secs(1));
     let mut t = t0;
     for _ in 0..6 {
@@ -116,11 +116,12 @@ fn startup_ends_where_one_heavy_request_is_always_in_flight() {
     let mut c = Controller::new(bounds(), t0);
     // 100 MB served in 2 s (and a smaller, slower one, which does not
     // count): one in flight at a time is 50 MB/s.
-    c.note_service(100.0 * MB, Duration::from_secs(2));
-    c.note_service(10.0 * MB, Duration::from_secs(1));
+    c.note_service(100.0 * MB, Duration::from_secs(2), t0);
+    c.note_service(10.0 * MB, Duration::from_secs(1), t0);
     assert_eq!(c.pipe_rate(100.0 * MB), Some(50.0 * MB));
     assert_eq!(c.pipe_rate(10.0 * MB), Some(50.0 * MB));
-    assert_eq!(c.pipe_rate(200.0 * MB), None, "none that large yet");
+    assert_eq!(c.pipe_rate(199.0 * MB), Some(50.0 * MB), "of that order");
+    assert_eq!(c.pipe_rate(201.0 * MB), None, "none that large yet");
     let mut t = t0;
     let mut rates = Vec::new();
     while c.state() == State::Startup {
@@ -150,7 +151,7 @@ fn startup_ends_where_one_heavy_request_is_always_in_flight() {
 fn after_a_cut_growth_stops_under_the_edge_for_a_tail_window() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    c.note_service(100.0 * MB, Duration::from_secs(1));
+    c.note_service(100.0 * MB, Duration::from_secs(1), t0);
     let mut t = t0;
     for _ in 0..6 {
         t = epoch(&mut c, t, obs(Some(10), 50.0 * MB, 100.0 * MB)).1;
@@ -200,7 +201,7 @@ fn after_a_cut_growth_stops_under_the_edge_for_a_tail_window() {
 fn a_cut_after_holding_for_a_tail_window_is_the_capacity_moving_not_an_edge() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
-    c.note_service(100.0 * MB, Duration::from_secs(1));
+    c.note_service(100.0 * MB, Duration::from_secs(1), t0);
     let mut t = t0;
     for _ in 0..3 {
         t = epoch(&mut c, t, obs(Some(10), 50.0 * MB, 100.0 * MB)).1;
@@ -279,11 +280,37 @@ fn the_service_time_paces_the_inflight_budget() {
     let mut c = Controller::new(bounds(), t0);
     c.rate = 100.0 * MB;
     assert_eq!(c.inflight(), 8.0 * MB);
-    c.note_service(33.0 * MB, Duration::from_secs(2));
-    c.note_service(33.0 * MB, Duration::from_secs(1));
+    c.note_service(33.0 * MB, Duration::from_secs(2), t0);
+    c.note_service(33.0 * MB, Duration::from_secs(1), t0);
     let d = c.service_seconds().expect("two completed");
     assert!((d - 1.0).abs() < 1e-9, "the shortest per byte: {d}");
     assert!((c.inflight() - PACE_GAIN * 100.0 * MB).abs() < 1.0);
+}
+
+#[test]
+fn the_inflight_budget_is_paced_by_the_apiserver_at_rest_for_a_baseline_horizon() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    c.note_service(100.0 * MB, Duration::from_secs(1), t0);
+    let at_rest = c.inflight();
+    // 32 slowed completions push the fast one out of the window…
+    for i in 0..32 {
+        c.note_service(
+            100.0 * MB,
+            Duration::from_secs(8),
+            t0 + Duration::from_secs(i),
+        );
+    }
+    let near = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+    assert!(near(c.service_seconds(), 8.0), "{:?}", c.service_seconds());
+    // …but not out of what paces the in-flight budget.
+    assert!(near(c.unloaded_service_seconds(), 1.0));
+    assert_eq!(c.inflight(), at_rest);
+    // A horizon after the fast one, the slowed ones are the service time.
+    let later = t0 + BASELINE_HORIZON + Duration::from_secs(1);
+    c.note_service(100.0 * MB, Duration::from_secs(8), later);
+    assert!(near(c.unloaded_service_seconds(), 8.0));
+    assert!(c.inflight() > at_rest);
 }
 
 fn arb_bounds() -> impl Strategy<Value = Bounds> {
@@ -312,7 +339,7 @@ proptest! {
             o.upstream_errors = errors;
             c.step(&o, t);
             if inflight > 1500.0 {
-                c.note_service(inflight * MB, Duration::from_secs_f64(waiting / 10.0 + 0.01));
+                c.note_service(inflight * MB, Duration::from_secs_f64(waiting / 10.0 + 0.01), t0);
             }
             let floor = b.min_rate.max(waiting * MB / MAX_SPACING.as_secs_f64()).min(b.max_rate);
             prop_assert!(c.rate() >= floor - 1e-6 && c.rate() <= b.max_rate + 1e-6, "{} not in [{floor}, {}]", c.rate(), b.max_rate);

@@ -244,7 +244,7 @@ impl ByteBudget {
         if completed {
             self.controller.note_completion(admitted_at);
             self.controller
-                .note_service(bytes, now.saturating_duration_since(admitted_at));
+                .note_service(bytes, now.saturating_duration_since(admitted_at), now);
         }
         if self.inflight.count() == 0 {
             self.signal.set_heavy_busy(false, now);
