@@ -258,16 +258,7 @@ async fn step<H: Handler>(
                     handler.transition(Transition::Reconnect);
                     State::Watching { rv }
                 }
-                StreamEnd::Failed(rv) if synced => {
-                    handler.transition(Transition::WatchFailed);
-                    let next = match lw.after_failure {
-                        AfterFailure::Rewatch => State::Watching { rv },
-                        AfterFailure::Relist => State::Listing,
-                    };
-                    State::Backoff {
-                        next: Box::new(next),
-                    }
-                }
+                StreamEnd::Failed(rv) if synced => watch_failed(lw, handler, rv),
                 StreamEnd::Gone => {
                     handler.transition(Transition::Gone);
                     State::Listing
@@ -312,22 +303,22 @@ async fn step<H: Handler>(
                     State::Listing
                 }
                 // Only a streaming list is refused; a watch's 4xx is a failure.
-                StreamEnd::Failed(_) | StreamEnd::Refused => {
-                    let rv = match end {
-                        StreamEnd::Failed(last) => last,
-                        _ => rv,
-                    };
-                    handler.transition(Transition::WatchFailed);
-                    let next = match lw.after_failure {
-                        AfterFailure::Rewatch => State::Watching { rv },
-                        AfterFailure::Relist => State::Listing,
-                    };
-                    State::Backoff {
-                        next: Box::new(next),
-                    }
-                }
+                StreamEnd::Failed(last) => watch_failed(lw, handler, last),
+                StreamEnd::Refused => watch_failed(lw, handler, rv),
             }
         }
+    }
+}
+
+/// A watch failed after `rv`: back off, then re-watch from it or relist.
+fn watch_failed<H: Handler>(lw: &ListWatch, handler: &mut H, rv: String) -> State {
+    handler.transition(Transition::WatchFailed);
+    let next = match lw.after_failure {
+        AfterFailure::Rewatch => State::Watching { rv },
+        AfterFailure::Relist => State::Listing,
+    };
+    State::Backoff {
+        next: Box::new(next),
     }
 }
 
