@@ -280,26 +280,36 @@ impl Controller {
     /// it: a pattern's prediction moves by a few percent as it is learned,
     /// and its own completions must count.
     pub fn pipe_rate(&self, size: f64) -> Option<f64> {
-        let per_byte = self
+        let per_byte = self.shortest_per_byte(size / 2.0);
+        (per_byte.is_finite() && per_byte > 0.0).then(|| 1.0 / per_byte)
+    }
+
+    /// The shortest seconds per byte of the last completions of at least
+    /// `size` bytes (infinite: none).
+    fn shortest_per_byte(&self, size: f64) -> f64 {
+        self.services
+            .iter()
+            .filter(|&&(b, _)| b >= size)
+            .map(|&(b, took)| took / b)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// The last completions' byte-weighted mean size, bytes (`None`: none).
+    fn mean_size(&self) -> Option<f64> {
+        let (bytes, squares) = self
             .services
             .iter()
-            .filter(|&&(b, _)| 2.0 * b >= size)
-            .map(|&(b, took)| took / b)
-            .fold(f64::INFINITY, f64::min);
-        (per_byte.is_finite() && per_byte > 0.0).then(|| 1.0 / per_byte)
+            .fold((0.0, 0.0), |(bytes, squares), &(b, _)| {
+                (bytes + b, squares + b * b)
+            });
+        (bytes > 0.0).then(|| squares / bytes)
     }
 
     /// The heavy requests' service time, seconds, as the apiserver serves
     /// them unloaded: the shortest time per byte of the last completions,
     /// at their byte-weighted mean size. `None`: none completed yet.
     pub fn service_seconds(&self) -> Option<f64> {
-        let (bytes, squares, per_byte) = self.services.iter().fold(
-            (0.0, 0.0, f64::INFINITY),
-            |(bytes, squares, per_byte), &(b, took)| {
-                (bytes + b, squares + b * b, f64::min(per_byte, took / b))
-            },
-        );
-        (bytes > 0.0).then(|| per_byte * squares / bytes)
+        Some(self.mean_size()? * self.shortest_per_byte(0.0))
     }
 
     /// The service time the in-flight budget is paced by: as
@@ -313,16 +323,8 @@ impl Controller {
     /// then drains to measure it again; here the apiserver at rest is
     /// remembered as long as the latency baseline is.
     pub fn unloaded_service_seconds(&self) -> Option<f64> {
-        let d = self.service_seconds()?;
-        let window = self
-            .services
-            .iter()
-            .map(|&(b, took)| took / b)
-            .fold(f64::INFINITY, f64::min);
-        Some(match self.fastest {
-            Some((fastest, _)) if fastest < window => d * fastest / window,
-            _ => d,
-        })
+        let fastest = self.fastest.map_or(f64::INFINITY, |(f, _)| f);
+        Some(self.mean_size()? * self.shortest_per_byte(0.0).min(fastest))
     }
 
     /// The epoch: a request admitted at its start finishes, and the
