@@ -86,9 +86,8 @@ for round in $(seq "$ROUNDS"); do
                 "${REAL_TLS_ARGS[@]}" >"$d/tollgate.out" 2>"$d/tollgate.log" &
             tg=$!
             PIDS+=("$tg")
-            target=$(wait_line "$d/tollgate.out" "tollgate serving at " "$tg" "tollgate")
-            admin=$(grep -o "admin http://[^)]*" "$d/tollgate.out" | head -1 | awk '{print $2}')
-            wait_http "$admin/readyz" "$tg" "tollgate's admin listener"
+            wait_tollgate "$d/tollgate.out" "$tg"
+            target=$TG_TARGET admin=$TG_ADMIN
         fi
         log "round $round: $via ($(date -u +%H:%M:%S))"
         heartbeats "$target" "$d/cold"

@@ -258,9 +258,8 @@ run() {
             --upstream "$URL" "${tls[@]}" >"$d/tollgate.out" 2>"$d/tollgate.log" &
         tg_pid=$!
         PIDS+=("$tg_pid")
-        target=$(wait_line "$d/tollgate.out" "tollgate serving at " "$tg_pid" "tollgate")
-        admin=$(grep -o "admin http://[^)]*" "$d/tollgate.out" | head -1 | awk '{print $2}')
-        wait_http "$admin/readyz" "$tg_pid" "tollgate's admin listener"
+        wait_tollgate "$d/tollgate.out" "$tg_pid"
+        target=$TG_TARGET admin=$TG_ADMIN
     fi
     # The apiserver's CPU before, and its memory every half second while the load runs.
     awk '{print $14 + $15}' "/proc/$UP_PID/stat" >"$d/ticks.before"

@@ -59,6 +59,13 @@ wait_line() { # wait_line FILE PREFIX PID what
     done
     die "$4 printed no address within 60 s"
 }
+# wait_tollgate OUT PID: the tollgate of pid PID, writing its start lines to OUT, serves; sets
+# TG_TARGET (its URL) and TG_ADMIN (its admin listener's), once the admin listener is ready.
+wait_tollgate() {
+    TG_TARGET=$(wait_line "$1" "tollgate serving at " "$2" "tollgate")
+    TG_ADMIN=$(grep -o "admin http://[^)]*" "$1" | head -1 | awk '{print $2}')
+    wait_http "$TG_ADMIN/readyz" "$2" "tollgate's admin listener"
+}
 nginx_conf() { # nginx_conf DIR PORT SERVER_BLOCK [HTTP_EXTRA]
     mkdir -p "$1/logs" "$1/tmp"
     cat >"$1/nginx.conf" <<NGINX

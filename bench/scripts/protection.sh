@@ -102,9 +102,8 @@ YAML
             --admin-listen 127.0.0.1:0 --upstream "$sim_url" >"$d/tollgate.out" 2>"$d/tollgate.log" &
         tg_pid=$!
         PIDS+=("$tg_pid")
-        target=$(wait_line "$d/tollgate.out" "tollgate serving at " "$tg_pid" "tollgate")
-        admin=$(grep -o "admin http://[^)]*" "$d/tollgate.out" | head -1 | awk '{print $2}')
-        wait_http "$admin/readyz" "$tg_pid" "tollgate's admin listener"
+        wait_tollgate "$d/tollgate.out" "$tg_pid"
+        target=$TG_TARGET admin=$TG_ADMIN
         scrape "$admin" "$d/tollgate.before"
     fi
     local list_args=()

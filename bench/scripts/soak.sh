@@ -100,9 +100,8 @@ URL=$(wait_line "$TMP/sim.out" "serving the Kubernetes API at " "$SIM_PID" "the 
     >"$TMP/tollgate.out" 2>"$TMP/tollgate.log" &
 TG_PID=$!
 PIDS+=("$TG_PID")
-TARGET=$(wait_line "$TMP/tollgate.out" "tollgate serving at " "$TG_PID" "tollgate")
-ADMIN=$(grep -o "admin http://[^)]*" "$TMP/tollgate.out" | head -1 | awk '{print $2}')
-wait_http "$ADMIN/readyz" "$TG_PID" "tollgate's admin listener"
+wait_tollgate "$TMP/tollgate.out" "$TG_PID"
+TARGET=$TG_TARGET ADMIN=$TG_ADMIN
 log "sim $URL, tollgate $TARGET (admin $ADMIN), $SOAK_SECONDS s from $STARTED UTC"
 
 # Every 10 s: seconds, RSS kB, fds, threads, then tollgate's own gauges.
