@@ -1,12 +1,14 @@
 # Shared helpers of the benchmark scripts in bench/scripts (sourced, not run).
 # The caller sets BENCH (its name, for messages) before sourcing. bench_init makes the temp dir
-# and the exit trap that kills, by pid, every process recorded in PIDS.
+# and the exit trap that kills, by pid, every process recorded in PIDS. The temp dir is under
+# TMPDIR (default /tmp): the real-apiserver benchmarks keep etcd's data there, so TMPDIR=/dev/shm
+# takes a shared disk's stalls out of the heartbeats' fsyncs.
 
 die() { echo "$BENCH: $*" >&2; exit 1; }
 log() { echo "$BENCH: $*" >&2; }
 
 bench_init() {
-    TMP=$(mktemp -d "/tmp/$BENCH.XXXXXX")
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/$BENCH.XXXXXX")
     PIDS=()
     trap bench_cleanup EXIT
     trap 'exit 130' INT TERM HUP PIPE

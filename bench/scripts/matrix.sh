@@ -43,6 +43,8 @@
 #   CELLS="10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240"
 #   KUBE=1.20|current   the apiserver (goodput.sh's KUBE: the 1.20.2 tier or scripts/kube-current.sh's)
 #   RUNS=3 SWEEP_STEPS=3 RUN_SECONDS=60 RESULTS=path|- SKIP_BUILD=1 (passed on to goodput.sh)
+#   TMPDIR=/tmp        where every run's etcd data lives (lib.sh); /dev/shm keeps a shared disk's
+#                      stalls out of the heartbeats (etcd fsyncs each PATCH), named in the command
 set -euo pipefail
 
 BENCH=matrix
@@ -51,7 +53,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$ROOT/bench/scripts/lib.sh"
 
 COMMAND="bench/scripts/matrix.sh"
-for v in CELLS KUBE RUNS SWEEP_STEPS RUN_SECONDS; do
+for v in CELLS KUBE RUNS SWEEP_STEPS RUN_SECONDS TMPDIR; do
     [[ -n "${!v+x}" ]] && COMMAND="$v=\"${!v}\" $COMMAND"
 done
 CELLS=${CELLS:-10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240}
