@@ -66,6 +66,9 @@
 #                             the run (the rest of it: watches; each informer's LIST is counted):
 #                             informers  LIST (resourceVersion=0) then WATCH, as client-go's reflector;
 #                             watchlist  a streaming list (sendInitialEvents=true, WatchListClient)
+#                             restart  RATE informers (LIST then WATCH) sync for a third of the run,
+#                                     then the apiserver restarts and they relist; the heartbeats
+#                                     run from when it answers again, for RUN_SECONDS (real only)
 set -euo pipefail
 
 BENCH=goodput
@@ -263,18 +266,7 @@ run() {
     fi
     # The apiserver's CPU before, and its memory every half second while the load runs.
     awk '{print $14 + $15}' "/proc/$UP_PID/stat" >"$d/ticks.before"
-    (
-        while kill -0 "$UP_PID" 2>/dev/null; do
-            if [[ -n $METRICS_URL ]]; then
-                curl -s -m 2 "$METRICS_URL" | awk '/^process_resident_memory_bytes / {print $2}'
-            else
-                awk '/^VmRSS/ {print $2 * 1024}' "/proc/$UP_PID/status"
-            fi
-            sleep 0.5
-        done
-    ) >"$d/memory" 2>/dev/null &
-    local sampler=$!
-    PIDS+=("$sampler")
+    sample_memory "$d"
     # The budget's state every second (budget.trace: seconds since the start, then /debug/budget),
     # to see how the controller moved during the run.
     local tracer=""
@@ -298,11 +290,14 @@ run() {
         hb_auth=(--certificate-authority "$KUBE_CA_CERT" --client-certificate "$KUBE_ADMIN_CERT" --client-key "$KUBE_ADMIN_KEY")
         list_auth=(--certificate-authority "$KUBE_CA_CERT" --client-certificate "$KUBE_USER_CERT" --client-key "$KUBE_USER_KEY")
     fi
-    "$LOADGEN_BIN" "${common[@]}" "${hb_auth[@]}" --patches "$patch" --patch-target node-status \
-        --objects "$objects" --timeout 30s --drain-timeout 15s --output "$d/hb" \
-        >"$d/hb.out" 2>"$d/hb.log" &
-    local hb=$!
-    PIDS+=("$hb")
+    local hb_run=("$LOADGEN_BIN" "${common[@]}" "${hb_auth[@]}" --patches "$patch" --patch-target node-status
+        --objects "$objects" --timeout 30s --drain-timeout 15s --output "$d/hb")
+    local hb=""
+    if [[ $LIST_SHAPE != restart || $lists_rate == 0 ]]; then
+        "${hb_run[@]}" >"$d/hb.out" 2>"$d/hb.log" &
+        hb=$!
+        PIDS+=("$hb")
+    fi
     if [[ $lists_rate != 0 ]]; then
         local lg=("$LOADGEN_BIN" "${common[@]}" "${list_auth[@]}" --timeout 60s --drain-timeout 30s)
         case $LIST_SHAPE in
@@ -352,20 +347,96 @@ run() {
                 "${wl[@]}" --output "$d/lists" \
                 >"$d/lists.out" 2>"$d/lists.log" || log "$plane $name: the informers' loadgen failed; see $d/lists.log"
             ;;
-        *) die "unknown LIST_SHAPE $LIST_SHAPE (single, mix, step, exact, paged, selector, informers, watchlist)" ;;
+        restart)
+            [[ $plane == real ]] || die "LIST_SHAPE=restart needs the real apiserver"
+            # The informers sync for a third of the run; the apiserver restarts; the heartbeats run
+            # from when it answers again through the target, alongside the informers' relists.
+            local third=$((RUN_SECONDS / 3)) inf
+            "$LOADGEN_BIN" --server "$target" --duration "$((3 * RUN_SECONDS))s" --no-progress "${list_auth[@]}" \
+                --timeout 60s --drain-timeout 5s --watches "$lists_rate" --watch-all-namespaces --output "$d/lists" \
+                >"$d/lists.out" 2>"$d/lists.log" &
+            inf=$!
+            PIDS+=("$inf")
+            sleep "$third"
+            restart_apiserver "$d"
+            wait_ready "$target" "${hb_auth[@]}" || log "$plane $name: $target not ready 60 s after the restart"
+            "${hb_run[@]}" >"$d/hb.out" 2>"$d/hb.log" &
+            hb=$!
+            PIDS+=("$hb")
+            wait "$hb" || log "$plane $name: the heartbeat loadgen failed; see $d/hb.log"
+            hb=""
+            # Stopped by a signal, loadgen writes what it measured (and exits 130).
+            kill -INT "$inf" 2>/dev/null || true
+            wait "$inf" || true
+            ;;
+        *) die "unknown LIST_SHAPE $LIST_SHAPE (single, mix, step, exact, paged, selector, informers, watchlist, restart)" ;;
         esac
     fi
-    wait "$hb" || log "$plane $name: the heartbeat loadgen failed; see $d/hb.log"
+    [[ -z $hb ]] || wait "$hb" || log "$plane $name: the heartbeat loadgen failed; see $d/hb.log"
     awk '{print $14 + $15}' "/proc/$UP_PID/stat" >"$d/ticks.after" 2>/dev/null || echo "" >"$d/ticks.after"
     kill -0 "$UP_PID" 2>/dev/null && echo 0 >"$d/crashed" || echo 1 >"$d/crashed"
     [[ -n $METRICS_URL ]] && curl -s -m 5 "$METRICS_URL" >"$d/plane.after" || true
     [[ -n $admin ]] && { curl -s -m 5 "$admin/metrics" >"$d/tollgate.metrics" || true; }
     [[ -n $admin ]] && { curl -s -m 5 "$admin/debug/budget" >"$d/budget.json" 2>/dev/null || true; }
-    kill "$sampler" ${tracer:+"$tracer"} 2>/dev/null || true
-    wait "$sampler" ${tracer:+"$tracer"} 2>/dev/null || true
+    kill "$SAMPLER" ${tracer:+"$tracer"} 2>/dev/null || true
+    wait "$SAMPLER" ${tracer:+"$tracer"} 2>/dev/null || true
     if [[ -n $tg_pid ]]; then kill "$tg_pid" 2>/dev/null || true; wait "$tg_pid" 2>/dev/null || true; fi
     stop_plane "$plane" "$d"
     echo "$plane $name $via ${rate:-0} $lists_rate" >>"$TMP/runs"
+}
+
+# sample_memory DIR: the apiserver's (UP_PID's) memory every half second, appended to DIR/memory,
+# while it runs; SAMPLER is the sampler's pid.
+sample_memory() {
+    local d=$1
+    (
+        while kill -0 "$UP_PID" 2>/dev/null; do
+            if [[ -n $METRICS_URL ]]; then
+                curl -s -m 2 "$METRICS_URL" | awk '/^process_resident_memory_bytes / {print $2}'
+            else
+                awk '/^VmRSS/ {print $2 * 1024}' "/proc/$UP_PID/status"
+            fi
+            sleep 0.5
+        done
+    ) >>"$d/memory" 2>/dev/null &
+    SAMPLER=$!
+    PIDS+=("$SAMPLER")
+}
+
+# restart_apiserver DIR: the real apiserver of DIR stopped (TERM) and started again with the same
+# command line, as after an upgrade or an OOM kill. UP_PID, DIR/kube/pids (what stop.sh stops) and
+# the memory sampler follow the new process; the old one's CPU is kept in DIR/ticks.before, so the
+# run's cores count both.
+restart_apiserver() {
+    local d=$1 old=$UP_PID bin argv=() spent
+    bin=$(readlink "/proc/$old/exe") || die "the apiserver (pid $old) is gone before its restart"
+    mapfile -d '' argv <"/proc/$old/cmdline"
+    spent=$(awk -v b="$(cat "$d/ticks.before")" '{print $14 + $15 - b}' "/proc/$old/stat")
+    log "restarting the apiserver (pid $old) at $(date -u +%H:%M:%S)"
+    kill -TERM "$old"
+    local deadline=$((SECONDS + 30))
+    while [[ $(readlink "/proc/$old/exe" 2>/dev/null) == "$bin" ]]; do
+        ((SECONDS < deadline)) || die "the apiserver (pid $old) did not stop within 30 s of TERM"
+        sleep 0.1
+    done
+    setsid "$bin" "${argv[@]:1}" >>"$d/kube/logs/kube-apiserver.log" 2>&1 </dev/null &
+    UP_PID=$!
+    sed -i "s/^kube-apiserver $old /kube-apiserver $UP_PID /" "$d/kube/pids"
+    echo "$((0 - spent))" >"$d/ticks.before"
+    sample_memory "$d"
+}
+
+# wait_ready URL [CURL AUTH...]: poll URL/readyz (as the heartbeats' client) until it answers ok, for
+# at most 60 s.
+wait_ready() {
+    local url=$1 deadline=$((SECONDS + 60))
+    shift
+    local auth=()
+    (($# == 6)) && auth=(--cacert "$2" --cert "$4" --key "$6")
+    until [[ $(curl -s -m 2 "${auth[@]}" "$url/readyz") == ok ]]; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
 }
 
 # figures PLANE-NAME: shell assignments P99 PASS_ERRORS LIST_OK CRASHED from a finished run.

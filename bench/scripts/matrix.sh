@@ -18,6 +18,8 @@
 #   inf-50 wl-50                10,000 pods, 50 informers starting at once a third into the run:
 #                               LIST then WATCH, or a streaming list (RATE is their count, and the
 #                               oracle's sweep halves it)
+#   restart-50                  10,000 pods, 50 informers synced, then the apiserver restarts and
+#                               they relist (goodput.sh's LIST_SHAPE=restart)
 # The heartbeats are 20 node-status PATCH/s unless the cell says.
 #
 # The oracle's sweep: direct runs at the cell's rate, then halving until one passes (at most
@@ -79,6 +81,7 @@ cell() {
     sel-240) echo "PODS=10000 RATE=240 SHAPE=selector PATCH=20/s NODES=200" ;;
     inf-50) echo "PODS=10000 RATE=50 SHAPE=informers PATCH=20/s NODES=200" ;;
     wl-50) echo "PODS=10000 RATE=50 SHAPE=watchlist PATCH=20/s NODES=200" ;;
+    restart-50) echo "PODS=10000 RATE=50 SHAPE=restart PATCH=20/s NODES=200" ;;
     tiny) echo "PODS=500 RATE=60 SHAPE=single PATCH=20/s NODES=20" ;;
     *) die "unknown cell $1" ;;
     esac

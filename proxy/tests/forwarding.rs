@@ -428,6 +428,20 @@ async fn a_streaming_list_is_learned_by_its_initial_state() {
         if i <= 3 {
             initial += event.len();
         }
+        // The LIST it replaces holds a heavy place until the bookmark, not for the watch's life.
+        let g = tg.gateway.clone();
+        let heavy = move || {
+            let text = g.encode_metrics().unwrap();
+            metric(&text, "tollgate_lane_inflight_requests{lane=\"heavy\"}")
+        };
+        if i < 3 {
+            assert_eq!(heavy(), Some(1.0), "held while the initial state flows");
+        } else {
+            eventually("freed at the bookmark", Duration::from_secs(5), || {
+                heavy() == Some(0.0)
+            })
+            .await;
+        }
     }
     drop(resp);
     let g = tg.gateway.clone();

@@ -93,6 +93,11 @@ impl Hold {
         }
     }
 
+    /// A heavy request's debit and in-flight place.
+    pub fn is_heavy(&self) -> bool {
+        matches!(self, Hold::Heavy(_))
+    }
+
     /// Bytes debited from the pool (heavy only).
     pub fn debited(&self) -> f64 {
         match self {

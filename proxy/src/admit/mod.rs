@@ -439,9 +439,9 @@ fn record(
 }
 
 /// The response started. Long-running requests (watches, upgrades) give
-/// their slot back now, as the apiserver's flow control does; a watch-list
-/// keeps its predicted charge (its initial state is not measured to the end
-/// here).
+/// their slot back now, as the apiserver's flow control does, keeping their
+/// predicted charge; a streaming list keeps its place too until its initial
+/// state has passed ([`crate::observe`]).
 ///
 /// Here, where the response headers arrive, the budget's signal is fed:
 /// the latency of light requests of the protected lanes (and `workload`,
@@ -457,7 +457,8 @@ pub fn on_response_start(admission: &Admission, ctx: &mut RequestCtx, status: St
     if light && ctx.lane != Lane::Heavy {
         admission.record_latency(ctx.lane, ctx.started);
     }
-    if ctx.long_running() || ctx.upgrade {
+    let streams_initial_state = ctx.kind.streams_initial_events && status.is_success();
+    if (ctx.long_running() || ctx.upgrade) && !streams_initial_state {
         let hold = std::mem::take(&mut ctx.hold);
         let debited = hold.debited();
         hold.settle(debited, false);

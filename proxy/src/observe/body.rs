@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::predict::Completion;
@@ -78,6 +79,9 @@ where
     empty: bool,
     marker: Option<Marker>,
     initial_bytes: Option<u64>,
+    /// Told the bytes through the marker when it passes; dropped with the
+    /// body if it never does.
+    at_marker: Option<oneshot::Sender<u64>>,
     stalled: bool,
     on_end: Option<F>,
 }
@@ -91,6 +95,7 @@ impl<B: Body, F: FnOnce(Tally)> CountedBody<B, F> {
             started,
             marker: None,
             initial_bytes: None,
+            at_marker: None,
             stalled: false,
             on_end: Some(on_end),
         }
@@ -102,6 +107,13 @@ impl<B: Body, F: FnOnce(Tally)> CountedBody<B, F> {
             pattern,
             tail: Vec::new(),
         });
+        self
+    }
+
+    /// When the watched-for marker passes, send the bytes through it on
+    /// `tx` (before the stream's end, which may be minutes later).
+    pub fn tell_at_marker(mut self, tx: oneshot::Sender<u64>) -> Self {
+        self.at_marker = Some(tx);
         self
     }
 }
@@ -142,6 +154,10 @@ where
                         if marker.seen_in(data) {
                             this.initial_bytes = Some(this.bytes);
                             this.marker = None;
+                            if let Some(tx) = this.at_marker.take() {
+                                // The receiver gone (its hold timed out) is fine.
+                                let _ = tx.send(this.bytes);
+                            }
                         }
                     }
                 }

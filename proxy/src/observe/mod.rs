@@ -4,15 +4,23 @@
 //! ([`Observer::finish`]; a body the upstream cut short also counts as an
 //! upstream error). Requests tollgate answers itself (a bad request,
 //! an unreachable upstream) are counted by [`Observer::answered`].
+//!
+//! A streaming list (a watch with `sendInitialEvents=true`) is the LIST it
+//! replaces until its initial state has passed: it keeps its heavy debit
+//! and in-flight place until the bookmark that ends that state, settled
+//! then with what the state cost, so fifty informers starting at once
+//! stream their states as the in-flight budget allows, as fifty LISTs would.
 
 pub mod body;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use apimodel::Verb;
 use http::header::CONTENT_ENCODING;
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::admit::{with_lane, Hold};
@@ -27,6 +35,21 @@ use crate::status::{ErrorSource, ProxyError};
 use crate::Body;
 
 pub use body::{CountedBody, Tally, INITIAL_EVENTS_END};
+
+/// The longest a streaming list holds its heavy place while its initial
+/// state flows: kube-apiserver's default `--request-timeout` (1 minute),
+/// the longest the LIST it replaces may run. A stream that sends no
+/// bookmark (an apiserver that ignores `sendInitialEvents`) frees its place
+/// then, and keeps its predicted charge, as a watch does.
+const INITIAL_STATE_HOLD: Duration = Duration::from_secs(60);
+
+/// A streaming list's heavy hold, kept until its initial state has passed.
+struct InitialState {
+    hold: Hold,
+    key: PatternKey,
+    predicted: Prediction,
+    gzip: bool,
+}
 
 /// What observe needs: the metrics, the pattern store, the running
 /// configuration. One `Arc` of it rides in each response body's callback.
@@ -70,6 +93,20 @@ impl Observer {
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
         let kind = ctx.kind;
         let lane = ctx.lane;
+        let mut hold = ctx.hold;
+        let at_marker = if kind.streams_initial_events && hold.is_heavy() {
+            let (tx, rx) = oneshot::channel();
+            let state = InitialState {
+                hold: std::mem::take(&mut hold),
+                key: ctx.key.clone(),
+                predicted: ctx.predicted,
+                gzip,
+            };
+            tokio::spawn(self.clone().hold_through_initial_state(state, rx));
+            Some(tx)
+        } else {
+            None
+        };
         let ending = Ending {
             verb: kind.verb,
             long_running: kind.long_running,
@@ -77,7 +114,7 @@ impl Observer {
             client: ctx.client.display_name(),
             key: ctx.key,
             predicted: ctx.predicted,
-            hold: ctx.hold,
+            hold,
             status: parts.status,
             gzip,
         };
@@ -87,13 +124,51 @@ impl Observer {
             drop(outstanding);
             observer.finish(ending, tally);
         });
-        let counted = if kind.streams_initial_events {
-            counted.watch_for(INITIAL_EVENTS_END)
-        } else {
-            counted
+        let counted = match (kind.streams_initial_events, at_marker) {
+            (true, Some(tx)) => counted.watch_for(INITIAL_EVENTS_END).tell_at_marker(tx),
+            (true, None) => counted.watch_for(INITIAL_EVENTS_END),
+            (false, _) => counted,
         };
         let body = counted.map_err(crate::BoxError::from).boxed();
         with_lane(Response::from_parts(parts, body), lane)
+    }
+
+    /// A streaming list's hold, settled when its initial state has passed
+    /// with what that state cost (a completed LIST for the in-flight
+    /// budget's service time), or after [`INITIAL_STATE_HOLD`] or a stream
+    /// cut short with its predicted charge.
+    async fn hold_through_initial_state(
+        self: Arc<Self>,
+        s: InitialState,
+        marker: oneshot::Receiver<u64>,
+    ) {
+        let passed = tokio::time::timeout(INITIAL_STATE_HOLD, marker).await;
+        let debited = s.hold.debited();
+        match passed {
+            Ok(Ok(bytes)) => {
+                let sent = self.patterns.lock().uncompressed(&s.key, bytes, s.gzip);
+                let weight = self.config.get().quota.etcd_read_weight;
+                let has_selector = s.key.has_selector();
+                let actual = actual_charge(&s.predicted, has_selector, sent, true, weight, debited);
+                self.reconcile(s.hold, actual, true);
+            }
+            _ => s.hold.settle(debited, false),
+        }
+    }
+
+    /// Settle a heavy debit with the actual cost, counted as a refund or a debt.
+    fn reconcile(&self, hold: Hold, actual: f64, complete: bool) {
+        let debited = hold.debited();
+        let (direction, bytes) = if actual < debited {
+            ("refund", debited - actual)
+        } else {
+            ("debt", actual - debited)
+        };
+        self.metrics
+            .quota_reconciled
+            .get_or_create(&DirectionLabel { direction })
+            .inc_by(bytes as u64);
+        hold.settle(actual, complete);
     }
 
     /// The response ended: learn, settle the quota debit, export.
@@ -165,15 +240,7 @@ impl Observer {
                 weight,
                 debited,
             );
-            let (direction, bytes) = if actual < debited {
-                ("refund", debited - actual)
-            } else {
-                ("debt", actual - debited)
-            };
-            m.quota_reconciled
-                .get_or_create(&DirectionLabel { direction })
-                .inc_by(bytes as u64);
-            e.hold.settle(actual, complete);
+            self.reconcile(e.hold, actual, complete);
         } else {
             drop(e.hold);
         }
@@ -219,5 +286,90 @@ impl Observer {
             })
             .inc();
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admit::Admission;
+    use crate::config::settings::budget::QuotaMode;
+    use crate::config::Config;
+    use crate::identity::ClientClass;
+    use crate::predict::Source;
+    use http::{HeaderMap, Method};
+    use prometheus_client::registry::Registry;
+
+    /// A static pool with room for one streaming list, and an observer.
+    fn setup() -> (Config, Arc<Admission>, Arc<Observer>) {
+        let mut c = Config::default();
+        c.quota.mode = QuotaMode::Static;
+        c.quota.bytes_per_second = Some(1e6);
+        c.quota.burst_bytes = Some(1e6);
+        c.quota.per_client.requests_per_second = 0.0;
+        c.relist_guard.enabled = false;
+        let admission = Arc::new(Admission::new(c.admission(), Box::new(|_| {})));
+        let observer = Arc::new(Observer {
+            metrics: Arc::new(Metrics::register(&mut Registry::default())),
+            patterns: Arc::new(PatternStore::new(c.patterns.clone())),
+            config: Arc::new(config::Current::new(c.clone())),
+        });
+        (c, admission, observer)
+    }
+
+    async fn streaming_list(c: &Config, a: &Arc<Admission>) -> InitialState {
+        let uri: http::Uri =
+            "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                .parse()
+                .expect("uri");
+        let classified =
+            crate::classify::classify(&Method::GET, &uri, &HeaderMap::new()).expect("ok");
+        let verdict = a.admit_heavy("a", 5e5, c.admission(), false).await;
+        assert!(verdict.hold.is_heavy());
+        InitialState {
+            hold: verdict.hold,
+            key: PatternKey::new(&classified, ClientClass::User),
+            predicted: Prediction {
+                response_bytes: 5e5,
+                read_bytes: 0.0,
+                source: Source::Default,
+            },
+            gzip: false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streaming_list_holds_its_heavy_place_until_its_bookmark_or_a_request_timeout() {
+        let (c, a, observer) = setup();
+        let inflight = || a.view(c.admission()).heavy_inflight;
+
+        // The bookmark passes after 3 s: the place is freed then, the watch going on.
+        let state = streaming_list(&c, &a).await;
+        let (tx, rx) = oneshot::channel();
+        let held = tokio::spawn(observer.clone().hold_through_initial_state(state, rx));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(inflight(), 1, "held while the initial state flows");
+        tx.send(4e5 as u64).expect("held");
+        held.await.expect("settled");
+        assert_eq!(inflight(), 0, "freed at the bookmark");
+
+        // No bookmark ever: held for a request timeout, no longer.
+        let state = streaming_list(&c, &a).await;
+        let (_tx, rx) = oneshot::channel();
+        let held = tokio::spawn(observer.clone().hold_through_initial_state(state, rx));
+        tokio::time::sleep(INITIAL_STATE_HOLD - Duration::from_secs(1)).await;
+        assert_eq!(inflight(), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        held.await.expect("settled");
+        assert_eq!(inflight(), 0, "freed after a request timeout");
+
+        // The stream ends first (the client went away): freed at once.
+        let state = streaming_list(&c, &a).await;
+        let (tx, rx) = oneshot::channel::<u64>();
+        let held = tokio::spawn(observer.clone().hold_through_initial_state(state, rx));
+        tokio::task::yield_now().await;
+        drop(tx);
+        held.await.expect("settled");
+        assert_eq!(inflight(), 0, "freed with the stream");
     }
 }
