@@ -15,6 +15,8 @@ bench_init() {
 }
 bench_cleanup() {
     local pid
+    # A script's own cleanup first (goodput.sh: a real apiserver started through its starter).
+    if declare -F bench_cleanup_hook >/dev/null; then bench_cleanup_hook || true; fi
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
     [[ -n "${KEEP_TMP:-}" ]] || rm -rf "$TMP"
