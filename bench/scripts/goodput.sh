@@ -419,8 +419,10 @@ restart_apiserver() {
     spent=$(awk -v b="$(cat "$d/ticks.before")" '{print $14 + $15 - b}' "/proc/$old/stat")
     log "restarting the apiserver (pid $old) at $(date -u +%H:%M:%S)"
     kill -KILL "$old"
+    # Gone or a zombie: its sockets are closed only then (its exe link goes earlier, with its
+    # memory, and a start before that found the port still bound).
     local deadline=$((SECONDS + 10))
-    while [[ $(readlink "/proc/$old/exe" 2>/dev/null) == "$bin" ]]; do
+    while [[ -e /proc/$old && $(awk '{print $3}' "/proc/$old/stat" 2>/dev/null) != Z ]]; do
         ((SECONDS < deadline)) || die "the apiserver (pid $old) did not stop within 10 s of KILL"
         sleep 0.1
     done
