@@ -436,11 +436,19 @@ async fn a_streaming_list_is_learned_by_its_initial_state() {
         };
         if i < 3 {
             assert_eq!(heavy(), Some(1.0), "held while the initial state flows");
-        } else {
+        } else if i == 3 {
             eventually("freed at the bookmark", Duration::from_secs(5), || {
                 heavy() == Some(0.0)
             })
             .await;
+            // Learned there, while the watch goes on: the next one is priced by it.
+            let g = tg.gateway.clone();
+            assert!(
+                g.patterns()
+                    .iter()
+                    .any(|p| p.verb == "watchlist" && p.bytes_avg == initial as f64),
+                "learned at the bookmark"
+            );
         }
     }
     drop(resp);

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::predict::Completion;
@@ -33,6 +32,9 @@ pub struct Tally {
     /// ([`crate::forward::stall`]).
     pub stalled: bool,
 }
+
+/// What runs where a streaming list's initial state ends.
+pub type MarkerHook = Box<dyn FnOnce(u64) + Send + Sync>;
 
 /// The annotation of the bookmark that ends a streaming list's initial state.
 pub const INITIAL_EVENTS_END: &[u8] = b"k8s.io/initial-events-end";
@@ -79,9 +81,9 @@ where
     empty: bool,
     marker: Option<Marker>,
     initial_bytes: Option<u64>,
-    /// Told the bytes through the marker when it passes; dropped with the
-    /// body if it never does.
-    at_marker: Option<oneshot::Sender<u64>>,
+    /// Called with the bytes through the marker when it passes; dropped
+    /// with the body if it never does.
+    at_marker: Option<MarkerHook>,
     stalled: bool,
     on_end: Option<F>,
 }
@@ -110,10 +112,10 @@ impl<B: Body, F: FnOnce(Tally)> CountedBody<B, F> {
         self
     }
 
-    /// When the watched-for marker passes, send the bytes through it on
-    /// `tx` (before the stream's end, which may be minutes later).
-    pub fn tell_at_marker(mut self, tx: oneshot::Sender<u64>) -> Self {
-        self.at_marker = Some(tx);
+    /// When the watched-for marker passes, call `hook` with the bytes
+    /// through it (before the stream's end, which may be minutes later).
+    pub fn at_marker(mut self, hook: MarkerHook) -> Self {
+        self.at_marker = Some(hook);
         self
     }
 }
@@ -154,9 +156,8 @@ where
                         if marker.seen_in(data) {
                             this.initial_bytes = Some(this.bytes);
                             this.marker = None;
-                            if let Some(tx) = this.at_marker.take() {
-                                // The receiver gone (its hold timed out) is fine.
-                                let _ = tx.send(this.bytes);
+                            if let Some(hook) = this.at_marker.take() {
+                                hook(this.bytes);
                             }
                         }
                     }

@@ -34,7 +34,7 @@ use crate::predict::{Completion, Outcome, PatternStore, Prediction};
 use crate::status::{ErrorSource, ProxyError};
 use crate::Body;
 
-pub use body::{CountedBody, Tally, INITIAL_EVENTS_END};
+pub use body::{CountedBody, MarkerHook, Tally, INITIAL_EVENTS_END};
 
 /// The longest a streaming list holds its heavy place while its initial
 /// state flows: kube-apiserver's default `--request-timeout` (1 minute),
@@ -49,6 +49,16 @@ struct InitialState {
     key: PatternKey,
     predicted: Prediction,
     gzip: bool,
+}
+
+/// What a streaming list is learned by where its initial state ends.
+struct Learning {
+    key: PatternKey,
+    status: StatusCode,
+    gzip: bool,
+    full_list: bool,
+    client: String,
+    started: Instant,
 }
 
 /// What observe needs: the metrics, the pattern store, the running
@@ -94,24 +104,29 @@ impl Observer {
         let kind = ctx.kind;
         let lane = ctx.lane;
         let mut hold = ctx.hold;
-        let at_marker = if kind.streams_initial_events && hold.is_heavy() {
-            let (tx, rx) = oneshot::channel();
-            let state = InitialState {
+        let client = ctx.client.display_name();
+        let at_marker = kind.streams_initial_events.then(|| {
+            let held = InitialState {
                 hold: std::mem::take(&mut hold),
                 key: ctx.key.clone(),
                 predicted: ctx.predicted,
                 gzip,
             };
-            tokio::spawn(self.clone().hold_through_initial_state(state, rx));
-            Some(tx)
-        } else {
-            None
-        };
+            let learning = Learning {
+                key: ctx.key.clone(),
+                status: parts.status,
+                gzip,
+                full_list: kind.full_list,
+                client: client.clone(),
+                started: ctx.started,
+            };
+            self.initial_state_hook(held, learning)
+        });
         let ending = Ending {
             verb: kind.verb,
             long_running: kind.long_running,
             full_list: kind.full_list,
-            client: ctx.client.display_name(),
+            client,
             key: ctx.key,
             predicted: ctx.predicted,
             hold,
@@ -124,13 +139,49 @@ impl Observer {
             drop(outstanding);
             observer.finish(ending, tally);
         });
-        let counted = match (kind.streams_initial_events, at_marker) {
-            (true, Some(tx)) => counted.watch_for(INITIAL_EVENTS_END).tell_at_marker(tx),
-            (true, None) => counted.watch_for(INITIAL_EVENTS_END),
-            (false, _) => counted,
+        let counted = match at_marker {
+            Some(hook) => counted.watch_for(INITIAL_EVENTS_END).at_marker(hook),
+            None => counted,
         };
         let body = counted.map_err(crate::BoxError::from).boxed();
         with_lane(Response::from_parts(parts, body), lane)
+    }
+
+    /// What a streaming list does where its initial state ends: it is
+    /// learned there (the watch may go on for minutes, and until its size
+    /// is learned each of its pattern's requests runs alone), and a heavy
+    /// hold is settled there.
+    fn initial_state_hook(self: &Arc<Self>, held: InitialState, learning: Learning) -> MarkerHook {
+        let tx = if held.hold.is_heavy() {
+            let (tx, rx) = oneshot::channel();
+            tokio::spawn(self.clone().hold_through_initial_state(held, rx));
+            Some(tx)
+        } else {
+            None
+        };
+        let observer = self.clone();
+        Box::new(move |bytes| {
+            observer.learn_initial_state(&learning, bytes);
+            if let Some(tx) = tx {
+                // The receiver gone (its hold timed out) is fine.
+                let _ = tx.send(bytes);
+            }
+        })
+    }
+
+    /// The initial state as a completed LIST of its pattern.
+    fn learn_initial_state(&self, l: &Learning, bytes: u64) {
+        let outcome = Outcome {
+            status: l.status.as_u16(),
+            bytes,
+            gzip: l.gzip,
+            latency: l.started.elapsed(),
+            completion: Completion::End,
+            full_list: l.full_list,
+            client: l.client.clone(),
+            initial_bytes: Some(bytes),
+        };
+        self.patterns.lock().observe(&l.key, &outcome, Instant::now());
     }
 
     /// A streaming list's hold, settled when its initial state has passed
@@ -214,7 +265,10 @@ impl Observer {
         }
         let key = &e.key;
         let mut cache = self.patterns.lock();
-        cache.observe(key, &outcome, now);
+        // A streaming list whose initial state ended was learned there.
+        if tally.initial_bytes.is_none() {
+            cache.observe(key, &outcome, now);
+        }
         let sent = cache.uncompressed(key, outcome.bytes, outcome.gzip);
         drop(cache);
         if let Some(etcd) = e.hold.take_etcd() {
