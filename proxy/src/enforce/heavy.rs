@@ -193,7 +193,8 @@ impl<W> HeavyAdmission<W> {
     ) {
         self.pool.reconcile(debited, actual, now);
         self.inflight = self.inflight.saturating_sub(1);
-        self.budget.release(debited, actual, admitted_at, complete, now);
+        self.budget
+            .release(debited, actual, admitted_at, complete, now);
     }
 
     /// Seconds until `cost` (behind what is queued) could be admitted.

@@ -181,7 +181,9 @@ impl Observer {
             client: l.client.clone(),
             initial_bytes: Some(bytes),
         };
-        self.patterns.lock().observe(&l.key, &outcome, Instant::now());
+        self.patterns
+            .lock()
+            .observe(&l.key, &outcome, Instant::now());
     }
 
     /// A streaming list's hold, settled when its initial state has passed
