@@ -361,9 +361,13 @@ run() {
                 >"$d/lists.out" 2>"$d/lists.log" &
             inf=$!
             PIDS+=("$inf")
+            # The storm's schedule, not a wait for a condition, as for the informers above.
             sleep "$third"
             restart_apiserver "$d"
-            wait_ready "$target" "${hb_auth[@]}" || log "$plane $name: $target not ready 60 s after the restart"
+            if ! wait_ready "$target" "$UP_PID" "$KUBE_CA_CERT" "$KUBE_ADMIN_CERT" "$KUBE_ADMIN_KEY"; then
+                log "$plane $name: $target not ready after the restart; the apiserver's last lines:"
+                tail -n 20 "$d/kube/logs/kube-apiserver.log" >&2
+            fi
             "${hb_run[@]}" >"$d/hb.out" 2>"$d/hb.log" &
             hb=$!
             PIDS+=("$hb")
@@ -433,15 +437,12 @@ restart_apiserver() {
     sample_memory "$d"
 }
 
-# wait_ready URL [CURL AUTH...]: poll URL/readyz (as the heartbeats' client) until it answers ok, for
-# at most 60 s.
+# wait_ready URL PID CA CERT KEY: poll URL/readyz with the admin's certificate until it answers ok;
+# fails when the apiserver PID exits or after 60 s.
 wait_ready() {
-    local url=$1 deadline=$((SECONDS + 60))
-    shift
-    local auth=()
-    (($# == 6)) && auth=(--cacert "$2" --cert "$4" --key "$6")
-    until [[ $(curl -s -m 2 "${auth[@]}" "$url/readyz") == ok ]]; do
-        ((SECONDS < deadline)) || return 1
+    local deadline=$((SECONDS + 60))
+    until [[ $(curl -s -m 2 --cacert "$3" --cert "$4" --key "$5" "$1/readyz") == ok ]]; do
+        kill -0 "$2" 2>/dev/null && ((SECONDS < deadline)) || return 1
         sleep 0.2
     done
 }

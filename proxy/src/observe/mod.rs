@@ -43,17 +43,11 @@ pub use body::{CountedBody, MarkerHook, Tally, INITIAL_EVENTS_END};
 /// then, and keeps its predicted charge, as a watch does.
 const INITIAL_STATE_HOLD: Duration = Duration::from_secs(60);
 
-/// A streaming list's heavy hold, kept until its initial state has passed.
+/// A streaming list: what it is learned by, and its hold settled by, where
+/// its initial state ends.
 struct InitialState {
-    hold: Hold,
     key: PatternKey,
     predicted: Prediction,
-    gzip: bool,
-}
-
-/// What a streaming list is learned by where its initial state ends.
-struct Learning {
-    key: PatternKey,
     status: StatusCode,
     gzip: bool,
     full_list: bool,
@@ -106,21 +100,16 @@ impl Observer {
         let mut hold = ctx.hold;
         let client = ctx.client.display_name();
         let at_marker = kind.streams_initial_events.then(|| {
-            let held = InitialState {
-                hold: std::mem::take(&mut hold),
+            let state = InitialState {
                 key: ctx.key.clone(),
                 predicted: ctx.predicted,
-                gzip,
-            };
-            let learning = Learning {
-                key: ctx.key.clone(),
                 status: parts.status,
                 gzip,
                 full_list: kind.full_list,
                 client: client.clone(),
                 started: ctx.started,
             };
-            self.initial_state_hook(held, learning)
+            self.initial_state_hook(state, std::mem::take(&mut hold))
         });
         let ending = Ending {
             verb: kind.verb,
@@ -150,62 +139,63 @@ impl Observer {
     /// What a streaming list does where its initial state ends: it is
     /// learned there (the watch may go on for minutes, and until its size
     /// is learned each of its pattern's requests runs alone), and a heavy
-    /// hold is settled there.
-    fn initial_state_hook(self: &Arc<Self>, held: InitialState, learning: Learning) -> MarkerHook {
-        let tx = if held.hold.is_heavy() {
+    /// hold is settled there with what the state cost.
+    fn initial_state_hook(self: &Arc<Self>, s: InitialState, hold: Hold) -> MarkerHook {
+        let debited = hold.debited();
+        let tx = hold.is_heavy().then(|| {
             let (tx, rx) = oneshot::channel();
-            tokio::spawn(self.clone().hold_through_initial_state(held, rx));
-            Some(tx)
-        } else {
-            None
-        };
+            tokio::spawn(self.clone().hold_through_initial_state(hold, rx));
+            tx
+        });
         let observer = self.clone();
         Box::new(move |bytes| {
-            observer.learn_initial_state(&learning, bytes);
+            let actual = observer.learn_initial_state(&s, bytes, debited);
             if let Some(tx) = tx {
                 // The receiver gone (its hold timed out) is fine.
-                let _ = tx.send(bytes);
+                let _ = tx.send(actual);
             }
         })
     }
 
-    /// The initial state as a completed LIST of its pattern.
-    fn learn_initial_state(&self, l: &Learning, bytes: u64) {
+    /// The initial state learned as a completed LIST of its pattern; what
+    /// it cost.
+    fn learn_initial_state(&self, s: &InitialState, bytes: u64, debited: f64) -> f64 {
         let outcome = Outcome {
-            status: l.status.as_u16(),
+            status: s.status.as_u16(),
             bytes,
-            gzip: l.gzip,
-            latency: l.started.elapsed(),
+            gzip: s.gzip,
+            latency: s.started.elapsed(),
             completion: Completion::End,
-            full_list: l.full_list,
-            client: l.client.clone(),
+            full_list: s.full_list,
+            client: s.client.clone(),
             initial_bytes: Some(bytes),
         };
-        self.patterns
-            .lock()
-            .observe(&l.key, &outcome, Instant::now());
+        let mut cache = self.patterns.lock();
+        cache.observe(&s.key, &outcome, Instant::now());
+        let sent = cache.uncompressed(&s.key, bytes, s.gzip);
+        drop(cache);
+        let weight = self.config.get().quota.etcd_read_weight;
+        actual_charge(
+            &s.predicted,
+            s.key.has_selector(),
+            sent,
+            true,
+            weight,
+            debited,
+        )
     }
 
-    /// A streaming list's hold, settled when its initial state has passed
-    /// with what that state cost (a completed LIST for the in-flight
-    /// budget's service time), or after [`INITIAL_STATE_HOLD`] or a stream
-    /// cut short with its predicted charge.
-    async fn hold_through_initial_state(
-        self: Arc<Self>,
-        s: InitialState,
-        marker: oneshot::Receiver<u64>,
-    ) {
-        let passed = tokio::time::timeout(INITIAL_STATE_HOLD, marker).await;
-        let debited = s.hold.debited();
-        match passed {
-            Ok(Ok(bytes)) => {
-                let sent = self.patterns.lock().uncompressed(&s.key, bytes, s.gzip);
-                let weight = self.config.get().quota.etcd_read_weight;
-                let has_selector = s.key.has_selector();
-                let actual = actual_charge(&s.predicted, has_selector, sent, true, weight, debited);
-                self.reconcile(s.hold, actual, true);
+    /// A streaming list's heavy hold, settled with the cost its initial
+    /// state had when that state has passed (a completed LIST for the
+    /// in-flight budget's service time), or with its predicted charge after
+    /// [`INITIAL_STATE_HOLD`] or a stream cut short.
+    async fn hold_through_initial_state(self: Arc<Self>, hold: Hold, cost: oneshot::Receiver<f64>) {
+        match tokio::time::timeout(INITIAL_STATE_HOLD, cost).await {
+            Ok(Ok(actual)) => self.reconcile(hold, actual, true),
+            _ => {
+                let debited = hold.debited();
+                hold.settle(debited, false);
             }
-            _ => s.hold.settle(debited, false),
         }
     }
 
@@ -351,9 +341,6 @@ mod tests {
     use crate::admit::Admission;
     use crate::config::settings::budget::QuotaMode;
     use crate::config::Config;
-    use crate::identity::ClientClass;
-    use crate::predict::Source;
-    use http::{HeaderMap, Method};
     use prometheus_client::registry::Registry;
 
     /// A static pool with room for one streaming list, and an observer.
@@ -373,25 +360,11 @@ mod tests {
         (c, admission, observer)
     }
 
-    async fn streaming_list(c: &Config, a: &Arc<Admission>) -> InitialState {
-        let uri: http::Uri =
-            "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
-                .parse()
-                .expect("uri");
-        let classified =
-            crate::classify::classify(&Method::GET, &uri, &HeaderMap::new()).expect("ok");
+    /// A streaming list's heavy hold.
+    async fn streaming_list(c: &Config, a: &Arc<Admission>) -> Hold {
         let verdict = a.admit_heavy("a", 5e5, c.admission(), false).await;
         assert!(verdict.hold.is_heavy());
-        InitialState {
-            hold: verdict.hold,
-            key: PatternKey::new(&classified, ClientClass::User),
-            predicted: Prediction {
-                response_bytes: 5e5,
-                read_bytes: 0.0,
-                source: Source::Default,
-            },
-            gzip: false,
-        }
+        verdict.hold
     }
 
     #[tokio::test(start_paused = true)]
@@ -399,33 +372,40 @@ mod tests {
         let (c, a, observer) = setup();
         let inflight = || a.view(c.admission()).heavy_inflight;
 
-        // The bookmark passes after 3 s: the place is freed then, the watch going on.
-        let state = streaming_list(&c, &a).await;
+        // The bookmark passes after the initial state has flowed for 3 s (of the
+        // paused clock: the sleep moves virtual time, nothing waits): freed then.
+        let hold = streaming_list(&c, &a).await;
         let (tx, rx) = oneshot::channel();
-        let held = tokio::spawn(observer.clone().hold_through_initial_state(state, rx));
+        let held = tokio::spawn(observer.clone().hold_through_initial_state(hold, rx));
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(inflight(), 1, "held while the initial state flows");
-        tx.send(4e5 as u64).expect("held");
+        tx.send(4e5).expect("held");
         held.await.expect("settled");
         assert_eq!(inflight(), 0, "freed at the bookmark");
 
-        // No bookmark ever: held for a request timeout, no longer.
-        let state = streaming_list(&c, &a).await;
-        let (_tx, rx) = oneshot::channel();
-        let held = tokio::spawn(observer.clone().hold_through_initial_state(state, rx));
-        tokio::time::sleep(INITIAL_STATE_HOLD - Duration::from_secs(1)).await;
-        assert_eq!(inflight(), 1);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        held.await.expect("settled");
+        // No bookmark ever: held for exactly a request timeout (the paused
+        // clock jumps to the timer), then freed.
+        let hold = streaming_list(&c, &a).await;
+        let (_tx, rx) = oneshot::channel::<f64>();
+        let start = Instant::now();
+        tokio::spawn(observer.clone().hold_through_initial_state(hold, rx))
+            .await
+            .expect("settled");
+        assert_eq!(
+            start.elapsed(),
+            INITIAL_STATE_HOLD,
+            "held for a request timeout"
+        );
         assert_eq!(inflight(), 0, "freed after a request timeout");
 
         // The stream ends first (the client went away): freed at once.
-        let state = streaming_list(&c, &a).await;
-        let (tx, rx) = oneshot::channel::<u64>();
-        let held = tokio::spawn(observer.clone().hold_through_initial_state(state, rx));
-        tokio::task::yield_now().await;
+        let hold = streaming_list(&c, &a).await;
+        let (tx, rx) = oneshot::channel::<f64>();
+        let start = Instant::now();
+        let held = tokio::spawn(observer.clone().hold_through_initial_state(hold, rx));
         drop(tx);
         held.await.expect("settled");
+        assert_eq!(start.elapsed(), Duration::ZERO, "not held on");
         assert_eq!(inflight(), 0, "freed with the stream");
     }
 }
