@@ -37,6 +37,7 @@ use crate::listener::{
 use crate::status::status_response;
 use crate::tls::serving::ServingCerts;
 use crate::tls::ClientCertAuthority;
+use crate::workers::Workers;
 
 /// hyper's bound on what an HTTP/1.1 connection queues toward a client that reads slower than
 /// the apiserver sends: hyper's default (~400 KB) let slow clients of large responses hold too
@@ -50,13 +51,14 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accept connections until `stop`; each is served in the gateway's task tracker. With
-/// `tls`, each connection is served with the certificates current when it is accepted (they
-/// are reloaded when their files change), and keeps them for its life.
+/// Accept connections until `stop`; each is served on one of `workers`, in the gateway's task
+/// tracker. With `tls`, each connection is served with the certificates current when it is
+/// accepted (they are reloaded when their files change), and keeps them for its life.
 pub async fn accept_loop(
     gateway: Gateway,
     listener: TcpListener,
     tls: Option<Arc<ServingCerts>>,
+    workers: Workers,
     stop: CancellationToken,
 ) {
     let sequence = AtomicU64::new(0);
@@ -74,12 +76,29 @@ pub async fn accept_loop(
     }) = listener.accept(caps, &stop).await
     {
         let _ = tcp.set_nodelay(true);
+        // Out of this runtime's reactor, into the worker's (below).
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
+            Err(e) => {
+                tracing::debug!(%remote, error = %e, "accepted connection lost");
+                continue;
+            }
+        };
         let n = sequence.fetch_add(1, Ordering::Relaxed);
         let g = gateway.clone();
         let served = tls.as_ref().map(|t| t.current());
         let stop = stop.clone();
-        gateway.tasks().spawn(async move {
-            let _slot = slot;
+        // The drain waits for the connection from here, before a worker picks it up.
+        let tracked = gateway.tasks().token();
+        workers.spawn(move || async move {
+            let (_tracked, _slot) = (tracked, slot);
+            let tcp = match tokio::net::TcpStream::from_std(tcp) {
+                Ok(tcp) => tcp,
+                Err(e) => {
+                    tracing::debug!(%remote, error = %e, "accepted connection not registered");
+                    return;
+                }
+            };
             match served {
                 None => {
                     serve_connection(g, tcp, PeerIdentity::None, remote, stop, n, false).await

@@ -72,6 +72,7 @@ pub mod snapshot;
 pub mod status;
 pub mod tls;
 pub mod tokenreview;
+pub mod workers;
 
 use std::future::Future;
 
@@ -138,6 +139,13 @@ pub async fn run(
     };
     let gateway = Gateway::new(config)?;
     gateway.learn_identity_headers().await?;
-    server::serve(gateway, listener, admin, shutdown).await;
+    server::serve(
+        gateway,
+        listener,
+        admin,
+        shutdown,
+        workers::Workers::local(),
+    )
+    .await;
     Ok(())
 }

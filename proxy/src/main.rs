@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 use tollgate::logging::LogFlags;
 use tollgate::tls::serving::FILE_POLL;
+use tollgate::workers::{self, Workers};
 use tollgate::{Config, Flags, Gateway};
 
 /// `--version`: the crate version and the git commit it was built from.
@@ -28,6 +29,9 @@ struct Cli {
     flags: Flags,
     #[command(flatten)]
     log: LogFlags,
+    /// Threads serving client connections, each with its own event loop and upstream connections; a connection stays on one [default: TOKIO_WORKER_THREADS when set, else the CPUs this process may use]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: Option<u16>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,7 +82,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            match run(config, cli.flags) {
+            let n = cli.workers.map_or_else(workers::default_count, usize::from);
+            match run(config, cli.flags, n) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -124,8 +129,20 @@ fn check_address(setting: &str, addr: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
+/// The workers first (the upstream clients are made per worker), then the accept loop, the admin
+/// listener and the background loops on this thread's runtime until a signal to stop.
+fn run(config: Config, flags: Flags, workers: usize) -> anyhow::Result<()> {
+    let workers = Workers::start(workers).context("starting the workers")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let served = runtime.block_on(serve(config, flags, workers.clone()));
+    workers.shutdown();
+    served
+}
+
+async fn serve(config: Config, flags: Flags, workers: Workers) -> anyhow::Result<()> {
     tollgate::install_crypto_provider();
     let gateway = Gateway::new(config.clone())?;
     gateway.learn_identity_headers().await?;
@@ -194,6 +211,6 @@ async fn run(config: Config, flags: Flags) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    tollgate::server::serve(gateway, listener, admin, shutdown).await;
+    tollgate::server::serve(gateway, listener, admin, shutdown, workers).await;
     Ok(())
 }

@@ -17,16 +17,18 @@ use crate::gateway::Gateway;
 use crate::release::ReleaseProbe;
 use crate::scrape::Scraper;
 use crate::tls::serving;
+use crate::workers::Workers;
 use crate::{accept, admin, containers, requestheader};
 
-/// Serve clients on `listener` and the admin endpoints on `admin` until
-/// `shutdown`, then drain: stop accepting, close connections spread over
-/// the drain window, wait for them (bounded), and stop.
+/// Serve clients on `listener` (their connections on `workers`) and the admin endpoints on
+/// `admin` until `shutdown`, then drain: stop accepting, close connections spread over the
+/// drain window, wait for them (bounded), and stop.
 pub async fn serve(
     gateway: Gateway,
     listener: TcpListener,
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
+    workers: Workers,
 ) {
     let stop = CancellationToken::new();
     start_background(&gateway, &stop);
@@ -39,6 +41,7 @@ pub async fn serve(
         gateway.clone(),
         listener,
         gateway.tls().cloned(),
+        workers,
         stop.clone(),
     ));
     shutdown.await;

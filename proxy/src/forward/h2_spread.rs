@@ -48,10 +48,12 @@ pub struct H2Spread {
     limit: usize,
     /// HTTP/2 flow-control windows `(stream, connection)`; hyper's defaults if `None`.
     windows: Option<(u32, u32)>,
-    /// Each client behind an `Arc`: a request takes one reference, not a copy of
+    /// The clients of each worker ([`crate::workers`]): a worker's requests go over its own
+    /// connections, whose tasks run on it, so a request's frames are not handed between
+    /// threads. Each client behind an `Arc`: a request takes one reference, not a copy of
     /// the client (its connector, executor, builders and pool: five shared counts
     /// touched and released per request; `request` copies it once more itself).
-    clients: Mutex<Vec<(Arc<HttpClient>, Arc<AtomicUsize>)>>,
+    clients: Box<[Mutex<Vec<ClientSlots>>]>,
     h2_known: AtomicBool,
 }
 
@@ -118,6 +120,9 @@ const STREAM_WINDOW: u32 = 512 * 1024;
 /// The largest window HTTP/2 allows (2^31 − 1).
 const MAX_WINDOW: u32 = (1 << 31) - 1;
 
+/// A client and its open requests.
+type ClientSlots = (Arc<HttpClient>, Arc<AtomicUsize>);
+
 /// One open request's place on a client's connection; freed on drop.
 #[derive(Debug)]
 pub struct StreamSlot(Arc<AtomicUsize>);
@@ -141,7 +146,9 @@ impl H2Spread {
             config,
             limit: limit.max(1),
             windows,
-            clients: Mutex::new(Vec::new()),
+            clients: (0..crate::workers::count())
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
             h2_known: AtomicBool::new(false),
         }
     }
@@ -160,7 +167,10 @@ impl H2Spread {
     }
 
     pub(crate) fn acquire(&self) -> (Arc<HttpClient>, StreamSlot) {
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let worker = crate::workers::current() % self.clients.len();
+        let mut clients = self.clients[worker]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for (client, active) in clients.iter() {
             if active.load(Ordering::Relaxed) < self.limit {
                 active.fetch_add(1, Ordering::Relaxed);
@@ -181,13 +191,20 @@ impl H2Spread {
         );
         let opened = (client, Arc::new(AtomicUsize::new(1)));
         clients.push(opened.clone());
-        tracing::debug!(clients = clients.len(), "opened another upstream client");
+        tracing::debug!(
+            worker,
+            clients = clients.len(),
+            "opened another upstream client"
+        );
         (opened.0, StreamSlot(opened.1))
     }
 
-    /// Clients opened so far.
+    /// Clients opened so far, on all workers.
     pub fn opened(&self) -> usize {
-        self.clients.lock().map(|l| l.len()).unwrap_or(0)
+        self.clients
+            .iter()
+            .map(|c| c.lock().map(|l| l.len()).unwrap_or(0))
+            .sum()
     }
 }
 
@@ -254,6 +271,33 @@ mod tests {
         let (d, _slot_d) = s.acquire();
         assert!(Arc::ptr_eq(&a, &d), "the first has room again");
         assert_eq!(s.opened(), 2);
+    }
+
+    /// Requests made on different workers go over different clients (so their connections'
+    /// tasks run on the worker that uses them); on one worker they share one.
+    #[test]
+    fn each_worker_has_its_own_clients() {
+        let workers = crate::workers::Workers::start(2).expect("workers");
+        let s = Arc::new(spread(10));
+        let (got, on) = std::sync::mpsc::channel();
+        let (release, released) = tokio::sync::watch::channel(());
+        for _ in 0..2 {
+            let (s, got, mut released) = (s.clone(), got.clone(), released.clone());
+            workers.spawn(move || async move {
+                let (a, _slot_a) = s.acquire();
+                let (b, _slot_b) = s.acquire();
+                let _ = got.send((Arc::as_ptr(&a) as usize, Arc::ptr_eq(&a, &b)));
+                let _ = released.changed().await;
+            });
+        }
+        let wait = Duration::from_secs(10);
+        let first = on.recv_timeout(wait).expect("first worker");
+        let second = on.recv_timeout(wait).expect("second worker");
+        assert!(first.1 && second.1, "one worker's requests share a client");
+        assert_ne!(first.0, second.0, "each worker has its own");
+        assert_eq!(s.opened(), 2);
+        drop(release);
+        workers.shutdown();
     }
 
     #[test]

@@ -601,9 +601,15 @@ pub async fn start(config: Config) -> Running {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let g = gateway.clone();
     let task = tokio::spawn(async move {
-        tollgate::server::serve(g, listener, Some(admin), async move {
-            let _ = rx.await;
-        })
+        tollgate::server::serve(
+            g,
+            listener,
+            Some(admin),
+            async move {
+                let _ = rx.await;
+            },
+            tollgate::workers::Workers::local(),
+        )
         .await
     });
     Running {

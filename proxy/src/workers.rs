@@ -1,0 +1,224 @@
+//! The threads that serve client connections: each worker runs its own single-threaded tokio
+//! runtime, and a connection lives on one worker from its handshake to its close, with the
+//! upstream connections its requests go over ([`crate::forward`] keeps them per worker). This is
+//! Envoy's and nginx's shape: no task of a request wakes on another core, no I/O readiness
+//! crosses threads, and a worker's upstream pool is its own. With one work-stealing runtime the
+//! same requests cost 16–30% more CPU each on two cores, in wake-ups and cache lines moved between
+//! the threads (bench/RESULTS.md, "Cost per request as users measure it").
+//!
+//! The accept loop, the admin listener and the background loops stay on the runtime that calls
+//! [`crate::server::serve`]; shared state (admission, the budget, patterns, metrics) is reached
+//! from every worker as before.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+thread_local! {
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many workers the process runs (1 until [`Workers::start`]), for the per-worker
+/// upstream clients that are sized before the first connection.
+static COUNT: OnceLock<usize> = OnceLock::new();
+
+/// The number of workers: 1 when connections are served on the caller's runtime.
+pub fn count() -> usize {
+    COUNT.get().copied().unwrap_or(1)
+}
+
+/// This thread's worker index (0 on any thread that is not a worker).
+pub fn current() -> usize {
+    WORKER.with(Cell::get)
+}
+
+/// The default number of workers: `TOKIO_WORKER_THREADS` when set (as `#[tokio::main]` reads
+/// it), else the CPUs this process may use (its cgroup's quota counted).
+pub fn default_count() -> usize {
+    std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Where accepted connections are served.
+#[derive(Debug, Clone)]
+pub struct Workers {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Empty: connections run on the caller's runtime (tests, the library's `run`).
+    handles: Vec<Handle>,
+    /// Connections open per worker: a new one goes to the least loaded.
+    open: Vec<AtomicUsize>,
+    stop: CancellationToken,
+    threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// An error starting a worker thread or its runtime.
+#[derive(Debug, thiserror::Error)]
+#[error("starting worker {index}: {source}")]
+pub struct StartError {
+    index: usize,
+    source: std::io::Error,
+}
+
+/// How long [`Workers::shutdown`] lets a worker's remaining tasks finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+impl Workers {
+    /// Connections served on the runtime of the caller, as one task each.
+    pub fn local() -> Workers {
+        Workers {
+            inner: Arc::new(Inner {
+                handles: Vec::new(),
+                open: Vec::new(),
+                stop: CancellationToken::new(),
+                threads: std::sync::Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// `n` worker threads (at least one), each with its own runtime. Call once per process,
+    /// before the gateway is built, so the upstream clients are made per worker.
+    pub fn start(n: usize) -> Result<Workers, StartError> {
+        let n = n.max(1);
+        let _ = COUNT.set(n);
+        let stop = CancellationToken::new();
+        let mut handles = Vec::with_capacity(n);
+        let mut threads = Vec::with_capacity(n);
+        for index in 0..n {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| StartError { index, source })?;
+            handles.push(runtime.handle().clone());
+            let stop = stop.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("tollgate-worker-{index}"))
+                .spawn(move || {
+                    WORKER.with(|w| w.set(index));
+                    runtime.block_on(stop.cancelled());
+                    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+                })
+                .map_err(|source| StartError { index, source })?;
+            threads.push(thread);
+        }
+        Ok(Workers {
+            inner: Arc::new(Inner {
+                open: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+                handles,
+                stop,
+                threads: std::sync::Mutex::new(threads),
+            }),
+        })
+    }
+
+    /// Run `connection` on the worker with the fewest open connections (or on the caller's
+    /// runtime). The future is made on that worker, so what it registers (the socket, its
+    /// timers, the tasks it spawns) belongs to it.
+    pub fn spawn<F, Fut>(&self, connection: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let inner = &self.inner;
+        if inner.handles.is_empty() {
+            tokio::spawn(async move { connection().await });
+            return;
+        }
+        let index = (0..inner.open.len())
+            .min_by_key(|&i| inner.open[i].load(Ordering::Relaxed))
+            .unwrap_or(0);
+        inner.open[index].fetch_add(1, Ordering::Relaxed);
+        let open = OpenConnection {
+            inner: inner.clone(),
+            index,
+        };
+        inner.handles[index].spawn(async move {
+            let _open = open;
+            connection().await
+        });
+    }
+
+    /// Stop the worker threads: what still runs on them gets [`SHUTDOWN_GRACE`] and is dropped.
+    pub fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let threads =
+            std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One connection counted on its worker until it ends.
+struct OpenConnection {
+    inner: Arc<Inner>,
+    index: usize,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.inner.open[self.index].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// A connection goes to the worker with the fewest open, runs on that worker's thread, and
+    /// the worker's count drops when it ends.
+    #[test]
+    fn connections_go_to_the_least_loaded_worker() {
+        let workers = Workers::start(2).expect("workers");
+        let (ran, on) = mpsc::channel();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let held = ran.clone();
+        workers.spawn(move || async move {
+            let _ = held.send((current(), std::thread::current().name().map(String::from)));
+            let _ = released.await;
+        });
+        let first = on.recv_timeout(WAIT).expect("first connection ran");
+        let short = ran.clone();
+        workers.spawn(move || async move {
+            let _ = short.send((current(), std::thread::current().name().map(String::from)));
+        });
+        let second = on.recv_timeout(WAIT).expect("second connection ran");
+        assert_ne!(first.0, second.0, "the second went to the idle worker");
+        for (index, name) in [&first, &second] {
+            assert_eq!(
+                name.as_deref(),
+                Some(format!("tollgate-worker-{index}").as_str())
+            );
+        }
+        // The short one ended: its worker is the least loaded again.
+        let deadline = std::time::Instant::now() + WAIT;
+        while workers.inner.open[second.0].load(Ordering::Relaxed) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the count never dropped"
+            );
+            std::thread::yield_now();
+        }
+        workers.spawn(move || async move {
+            let _ = ran.send((current(), None));
+        });
+        assert_eq!(on.recv_timeout(WAIT).expect("third ran").0, second.0);
+        drop(release);
+        workers.shutdown();
+    }
+}
