@@ -275,9 +275,7 @@ impl Gateway {
     pub fn encode_metrics(&self) -> Result<String, std::fmt::Error> {
         let m = &self.inner.metrics;
         m.patterns.set(self.inner.patterns.lock().len() as i64);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            m.alive_tasks.set(rt.metrics().num_alive_tasks() as i64);
-        }
+        m.alive_tasks.set(crate::workers::alive_tasks() as i64);
         for u in self.inner.pool.upstreams() {
             let l = UpstreamLabel {
                 upstream: u.url.clone(),

@@ -3,7 +3,7 @@
 //! upstream connections its requests go over ([`crate::forward`] keeps them per worker). This is
 //! Envoy's and nginx's shape: no task of a request wakes on another core, no I/O readiness
 //! crosses threads, and a worker's upstream pool is its own. With one work-stealing runtime the
-//! same requests cost 16–30% more CPU each on two cores, in wake-ups and cache lines moved between
+//! same requests cost 12–40% more CPU each on two cores, in wake-ups and cache lines moved between
 //! the threads (bench/RESULTS.md, "Cost per request as users measure it").
 //!
 //! The accept loop, the admin listener and the background loops stay on the runtime that calls
@@ -24,13 +24,24 @@ thread_local! {
     static WORKER: Cell<usize> = const { Cell::new(0) };
 }
 
-/// How many workers the process runs (1 until [`Workers::start`]), for the per-worker
-/// upstream clients that are sized before the first connection.
-static COUNT: OnceLock<usize> = OnceLock::new();
+/// The process's workers' runtimes, once [`Workers::start`]ed: their number sizes the
+/// per-worker upstream clients, made before the first connection.
+static STARTED: OnceLock<Vec<Handle>> = OnceLock::new();
 
 /// The number of workers: 1 when connections are served on the caller's runtime.
 pub fn count() -> usize {
-    COUNT.get().copied().unwrap_or(1)
+    STARTED.get().map_or(1, Vec::len)
+}
+
+/// Tasks alive on the caller's runtime and on every worker's: connections, requests, watches,
+/// background loops.
+pub fn alive_tasks() -> usize {
+    let here = Handle::try_current().map_or(0, |h| h.metrics().num_alive_tasks());
+    let workers: usize = STARTED
+        .get()
+        .map(|w| w.iter().map(|h| h.metrics().num_alive_tasks()).sum())
+        .unwrap_or(0);
+    here + workers
 }
 
 /// This thread's worker index (0 on any thread that is not a worker).
@@ -92,7 +103,6 @@ impl Workers {
     /// before the gateway is built, so the upstream clients are made per worker.
     pub fn start(n: usize) -> Result<Workers, StartError> {
         let n = n.max(1);
-        let _ = COUNT.set(n);
         let stop = CancellationToken::new();
         let mut handles = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n);
@@ -113,6 +123,8 @@ impl Workers {
                 .map_err(|source| StartError { index, source })?;
             threads.push(thread);
         }
+        // The first start's runtimes are the process's (tests start more than once).
+        let _ = STARTED.set(handles.clone());
         Ok(Workers {
             inner: Arc::new(Inner {
                 open: (0..n).map(|_| AtomicUsize::new(0)).collect(),
@@ -218,6 +230,8 @@ mod tests {
             let _ = ran.send((current(), None));
         });
         assert_eq!(on.recv_timeout(WAIT).expect("third ran").0, second.0);
+        // Counted from outside any runtime: the held connection is a worker's task.
+        assert!(alive_tasks() >= 1, "the workers' tasks are counted");
         drop(release);
         workers.shutdown();
     }
