@@ -24,6 +24,8 @@
 //!   ([`admit::Admission::dispatch_loop`]), the budget's controller
 //!   ([`admit::Admission::budget_loop`]), the [`containers`] count, the
 //!   identity headers the apiserver trusts ([`requestheader::learn_loop`]).
+//! - [`workers`]: the threads client connections are served on, each with its own runtime and
+//!   its own upstream connections; accept, admin and the background loops stay on the main one.
 //! - [`gateway`]: the shared state (configuration, upstream pool, pattern
 //!   store, admission, metrics) and reload.
 //! - [`enforce`]: the pure parts of admission (lanes, quota pool, fair
