@@ -30,7 +30,7 @@ struct Cli {
     #[command(flatten)]
     log: LogFlags,
     /// Threads serving client connections, each with its own event loop and upstream connections; a connection stays on one [default: TOKIO_WORKER_THREADS when set, else the CPUs this process may use]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=workers::MAX_WORKERS as i64))]
     workers: Option<u16>,
 }
 
@@ -82,7 +82,16 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            let n = cli.workers.map_or_else(workers::default_count, usize::from);
+            let n = match cli.workers {
+                Some(n) => usize::from(n),
+                None => match workers::default_count() {
+                    Ok(n) => n,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(EXIT_CONFIG);
+                    }
+                },
+            };
             match run(config, cli.flags, n) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

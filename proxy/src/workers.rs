@@ -49,14 +49,30 @@ pub fn current() -> usize {
     WORKER.with(Cell::get)
 }
 
+/// The most workers `--workers` and `TOKIO_WORKER_THREADS` may ask for.
+pub const MAX_WORKERS: usize = 1024;
+
+/// `TOKIO_WORKER_THREADS` set to something that is not a number of workers.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid TOKIO_WORKER_THREADS={0:?}: a number of threads from 1 to {MAX_WORKERS}")]
+pub struct BadWorkerThreads(String);
+
 /// The default number of workers: `TOKIO_WORKER_THREADS` when set (as `#[tokio::main]` reads
-/// it), else the CPUs this process may use (its cgroup's quota counted).
-pub fn default_count() -> usize {
-    std::env::var("TOKIO_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+/// it, and refuses a bad value), else the CPUs this process may use (its cgroup's quota counted).
+pub fn default_count() -> Result<usize, BadWorkerThreads> {
+    count_from(std::env::var("TOKIO_WORKER_THREADS").ok().as_deref())
+}
+
+fn count_from(env: Option<&str>) -> Result<usize, BadWorkerThreads> {
+    match env {
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_WORKERS).contains(n))
+            .ok_or_else(|| BadWorkerThreads(v.to_string())),
+    }
 }
 
 /// Where accepted connections are served.
@@ -104,6 +120,8 @@ impl Workers {
     pub fn start(n: usize) -> Result<Workers, StartError> {
         let n = n.max(1);
         let stop = CancellationToken::new();
+        // A worker that cannot start stops those started before it.
+        let stop_on_error = stop.clone().drop_guard();
         let mut handles = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n);
         for index in 0..n {
@@ -123,6 +141,7 @@ impl Workers {
                 .map_err(|source| StartError { index, source })?;
             threads.push(thread);
         }
+        stop_on_error.disarm();
         // The first start's runtimes are the process's (tests start more than once).
         let _ = STARTED.set(handles.clone());
         Ok(Workers {
@@ -191,6 +210,16 @@ mod tests {
     use std::sync::mpsc;
 
     const WAIT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_bad_worker_thread_count_is_refused_with_its_value() {
+        assert_eq!(count_from(Some("3")).expect("three"), 3);
+        assert!(count_from(None).expect("the CPUs") >= 1);
+        for bad in ["0", "two", "-1", "", "1025"] {
+            let e = count_from(Some(bad)).expect_err(bad).to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
 
     /// A connection goes to the worker with the fewest open, runs on that worker's thread, and
     /// the worker's count drops when it ends.
