@@ -38,6 +38,9 @@
 #   REAL_PODS=10000 REAL_POD_BYTES=900 REAL_NODES=200 REAL_PATCH=20/s REAL_STORM=240
 #   SIM_PODS=30000 SIM_POD_BYTES=2048 SIM_NODES=1000 SIM_PATCH=100/s SIM_STORM=180
 #   SKIP_BUILD=1 BIN_DIR=target/release RESULTS=path ("-" prints only) KEEP_TMP=1
+#   TRACES=dir                keep each tollgate run's budget trace (budget.trace, one /debug/budget
+#                             a second), its last /debug/budget and its /metrics there, as
+#                             PREFIXPLANE-NAME.* (TRACE_PREFIX: matrix.sh names cell and run)
 #   VIAS="direct static-default adaptive search"   the runs after the baseline (a subset for a
 #                             quick look; the targets' check needs all of them)
 #   KUBE=1.20                 the real apiserver: 1.20 (../shared/tools/kube-apiserver's 1.20.2,
@@ -388,6 +391,13 @@ run() {
     [[ -n $admin ]] && { curl -s -m 5 "$admin/debug/budget" >"$d/budget.json" 2>/dev/null || true; }
     kill "$SAMPLER" ${tracer:+"$tracer"} 2>/dev/null || true
     wait "$SAMPLER" ${tracer:+"$tracer"} 2>/dev/null || true
+    if [[ -n ${TRACES:-} && -n $admin ]]; then
+        mkdir -p "$TRACES"
+        local f
+        for f in budget.trace budget.json tollgate.metrics; do
+            [[ -f $d/$f ]] && cp "$d/$f" "$TRACES/${TRACE_PREFIX:-}$plane-$name.$f"
+        done
+    fi
     if [[ -n $tg_pid ]]; then kill "$tg_pid" 2>/dev/null || true; wait "$tg_pid" 2>/dev/null || true; fi
     stop_plane "$plane" "$d"
     echo "$plane $name $via ${rate:-0} $lists_rate" >>"$TMP/runs"

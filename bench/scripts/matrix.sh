@@ -45,6 +45,8 @@
 #   CELLS="10k-60 10k-240 10k-500 25k-240 mix-300 step-240 hb100-240"
 #   KUBE=1.20|current   the apiserver (goodput.sh's KUBE: the 1.20.2 tier or scripts/kube-current.sh's)
 #   RUNS=3 SWEEP_STEPS=3 RUN_SECONDS=60 RESULTS=path|- SKIP_BUILD=1 (passed on to goodput.sh)
+#   TRACES=dir         keep every tollgate run's budget trace, last /debug/budget and /metrics
+#                      there, named CELL-RUN-* (goodput.sh's TRACES)
 #   TMPDIR=/tmp        where every run's etcd data lives (lib.sh); /dev/shm keeps a shared disk's
 #                      stalls out of the heartbeats (etcd fsyncs each PATCH), named in the command
 set -euo pipefail
@@ -65,6 +67,10 @@ RUN_SECONDS=${RUN_SECONDS:-60}
 RESULTS=${RESULTS:-$ROOT/bench/RESULTS.md}
 KUBE=${KUBE:-1.20}
 export RUN_SECONDS KUBE
+if [[ -n ${TRACES:-} ]]; then
+    TRACES=$(realpath -m "$TRACES")
+    export TRACES
+fi
 
 # cell NAME: shell assignments PODS RATE SHAPE PATCH NODES.
 cell() {
@@ -105,6 +111,7 @@ one() {
     first=0
     SKIP_BUILD=$skip PLANES=real VIAS=$via RESULTS=- LIST_SHAPE=$SHAPE REAL_PODS=$PODS \
         REAL_STORM=$rate REAL_PATCH=$PATCH REAL_NODES=$NODES BASELINE=direct TARGET_MS=$CELL_TARGET \
+        TRACE_PREFIX="$CELL-$tag-" \
         "$ROOT/bench/scripts/goodput.sh" >"$out" 2>&1 || { log "$CELL $tag: goodput.sh failed; see $out"; return 1; }
     if [[ -z $CELL_TARGET ]]; then
         CELL_TARGET=$(grep -o 'target PATCH p99 <= [0-9.]* ms' "$out" | head -1 | awk '{print $5}')

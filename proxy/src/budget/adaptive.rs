@@ -486,7 +486,27 @@ impl Controller {
             self.state = State::Probe;
         }
         let mut next = match self.state {
-            State::Startup => (self.rate() * STARTUP_GAIN).min(pipe),
+            State::Startup => {
+                // The step shrinks as the heartbeats near the band (the
+                // gradient of Envoy's controller): on an apiserver whose
+                // delay rises before its edge, the epoch that enters the
+                // band comes from a small step, not a doubling.
+                let clear = (1.0 - ratio * SET_POINT / HEADROOM).clamp(0.0, 1.0);
+                let step = self.rate() * (1.0 + (STARTUP_GAIN - 1.0) * clear);
+                // Once the pipe is known the climb keeps only its last two
+                // doublings: the signal sees one request in flight a
+                // quarter and half of the time before they run back to
+                // back. Below a quarter each runs alone with idle time
+                // after it, and the doublings from the floor only spent
+                // epochs (on kube-apiserver 1.37.2, 20 of a fresh run's
+                // first 30 s).
+                let from = if pipe.is_finite() {
+                    pipe / (STARTUP_GAIN * STARTUP_GAIN)
+                } else {
+                    0.0
+                };
+                step.max(from).min(pipe)
+            }
             _ => self.rate() * PROBE_GAIN,
         }
         .min(hi);

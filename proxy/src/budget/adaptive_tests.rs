@@ -43,7 +43,7 @@ fn epoch(c: &mut Controller, mut t: Instant, o: Observation) -> (Decision, Insta
 }
 
 #[test]
-fn a_cold_start_doubles_per_clear_epoch_while_requests_wait() {
+fn a_cold_start_grows_per_clear_epoch_by_the_heartbeats_headroom() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
     assert_eq!((c.state(), c.rate()), (State::Startup, 1.0 * MB));
@@ -57,15 +57,21 @@ fn a_cold_start_doubles_per_clear_epoch_while_requests_wait() {
         MIN_WINDOW,
         "no service time yet: the signal's window"
     );
-    let (d, t) = epoch(&mut c, t0, obs(Some(10), 10.0 * MB, 99.0 * MB));
+    let (d, t) = epoch(&mut c, t0, obs(Some(0), 10.0 * MB, 99.0 * MB));
     assert_eq!((d.action, d.reason), (Action::Increase, Reason::Clear));
-    // The waiting 99 MB request's floor (99 MB / 30 s) doubled.
+    // The waiting 99 MB request's floor (99 MB / 30 s) doubled: the
+    // heartbeats are all headroom.
     assert!((d.rate_after - 2.0 * 99.0 * MB / 30.0).abs() < 1.0, "{d:?}");
-    let (d2, _) = epoch(&mut c, t, obs(Some(10), 10.0 * MB, 99.0 * MB));
-    assert!((d2.rate_after - 2.0 * d.rate_after).abs() < 1.0);
+    // At 10 ms, 40% of the way to the band's lower edge (25 ms): the step
+    // is 60% of a doubling; at 20 ms, 20%.
+    let (d2, t) = epoch(&mut c, t, obs(Some(10), 10.0 * MB, 99.0 * MB));
+    assert!((d2.rate_after - 1.6 * d.rate_after).abs() < 1.0, "{d2:?}");
+    let (d3, t) = epoch(&mut c, t, obs(Some(20), 10.0 * MB, 99.0 * MB));
+    assert!((d3.rate_after - 1.2 * d2.rate_after).abs() < 1.0, "{d3:?}");
+    assert_eq!(c.state(), State::Startup);
     // Nothing waited: no growth.
-    let (d3, _) = epoch(&mut c, t, obs(Some(10), 0.0, 0.0));
-    assert_eq!((d3.action, d3.reason), (Action::Hold, Reason::Idle));
+    let (d4, _) = epoch(&mut c, t, obs(Some(10), 0.0, 0.0));
+    assert_eq!((d4.action, d4.reason), (Action::Hold, Reason::Idle));
 }
 
 #[test]
@@ -131,19 +137,15 @@ fn startup_ends_where_one_heavy_request_is_always_in_flight() {
         rates.push(c.rate() / MB);
         assert!(rates.len() < 20, "{rates:?}");
     }
-    // Doubling from the floor (the waiting 100 MB per 30 s), the last
-    // step capped at the pipe; the epoch after, Probe's first step.
-    let floor = 100.0 / MAX_SPACING.as_secs_f64();
-    assert_eq!(
-        rates,
-        [
-            2.0 * floor,
-            4.0 * floor,
-            8.0 * floor,
-            50.0,
-            50.0 * PROBE_GAIN
-        ]
-    );
+    // From a quarter of the pipe (over the floor's doubling, 100 MB per
+    // 30 s twice), 1.6 a step at 10 ms, the last step capped at the pipe;
+    // the epoch after, Probe's first step.
+    assert!(2.0 * 100.0 / MAX_SPACING.as_secs_f64() < 50.0 / 4.0);
+    let want = [12.5, 20.0, 32.0, 50.0, 50.0 * PROBE_GAIN];
+    assert_eq!(rates.len(), want.len(), "{rates:?}");
+    for (got, want) in rates.iter().zip(want) {
+        assert!((got - want).abs() < 1e-6, "{rates:?}");
+    }
     assert_eq!(c.state(), State::Probe);
 }
 

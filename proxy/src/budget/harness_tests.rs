@@ -168,6 +168,54 @@ fn a_disturbed_start_does_not_freeze_the_cold_start() {
     assert!(v.within as f64 >= 0.95 * v.runs as f64);
 }
 
+/// A fresh tollgate's first minute, judged whole as the real matrix judges
+/// it (`bench/scripts/matrix.sh`: every run from a fresh tollgate, its 60 s
+/// counted from the first request): the cold start is part of the goodput,
+/// and its overshoot part of the p99.
+///
+/// The fast plant holds the steady state's properties from the first
+/// second. The slow and sim plants do not yet: their edge is under the
+/// pipe (one LIST always in flight is past it; on the sim a single LIST
+/// every ~9 s is the edge), so the startup's last doubling still crosses
+/// it within the minute on some seeds (slow: 30 of 40 runs within; sim:
+/// 11 of 40, p99 77-83 ms in the median run, as before the gradient and
+/// the climb from a quarter of the pipe, which took the slow plant from 0
+/// of 40 and the fast plant's goodput from 0.72 to 0.85). Their bounds
+/// are what the controller does, not the goal (bench/RESULTS.md).
+#[test]
+fn a_fresh_tollgate_serves_its_first_minute() {
+    println!("| scenario | oracle MB/s | runs within | median p99 ms | worst p99 ms | median goodput/oracle | least | longest dry spell s |");
+    // (plant, least share of runs within, least median goodput/oracle)
+    let bounds = [("slow", 0.6, 0.8), ("fast", 0.95, 0.8), ("sim", 0.1, 0.5)];
+    let mut misses = Vec::new();
+    for (name, plant, cost) in plants() {
+        let (_, least_within, least_goodput) = bounds
+            .iter()
+            .find(|b| b.0 == name)
+            .copied()
+            .unwrap_or((name, 0.95, 0.8));
+        let (mut runs, mut within) = (0, 0);
+        for rate in [60.0, 240.0] {
+            let mut sc = Scenario::new(plant, storm(cost, rate));
+            sc.seconds = 60.0;
+            sc.judge_from = 0.0;
+            let v = judge(&format!("{name} {rate}/min, first minute"), &sc);
+            runs += v.runs;
+            within += v.within;
+            if median(&v.goodputs) < least_goodput {
+                misses.push(format!(
+                    "{name} {rate}/min: goodput {:.2}",
+                    median(&v.goodputs)
+                ));
+            }
+        }
+        if (within as f64) < least_within * runs as f64 {
+            misses.push(format!("{name}: {within} of {runs} runs within"));
+        }
+    }
+    assert!(misses.is_empty(), "{misses:?}");
+}
+
 /// The three clients on the slow plant: when all three wait, the
 /// heavy lane's bytes are shared by bytes (deficit round robin on
 /// predicted cost), so the client of 3.3 MB pages cannot take the lane

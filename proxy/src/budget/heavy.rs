@@ -517,16 +517,17 @@ mod tests {
         assert_eq!(
             (d.action, d.reason),
             (crate::budget::adaptive::Action::Increase, Reason::Clear),
-            "a LIST waited and the heartbeats are clear: startup doubles"
+            "a LIST waited and the heartbeats are clear: startup grows"
         );
-        // From the floor of the waiting LIST (33 MB per 30 s), doubled; the
-        // in-flight budget twice what that rate keeps in flight for 1 s,
-        // under the 8 MiB minimum.
+        // The LIST's 33 MB in 1 s puts the pipe at 33 MB/s: the climb
+        // starts at a quarter of it (over the waiting LIST's floor, 33 MB
+        // per 30 s, grown); the in-flight budget twice what that rate
+        // keeps in flight for 1 s.
+        assert!((limits.rate - 33.0 * MB / 4.0).abs() < 1.0, "{limits:?}");
         assert!(
-            (limits.rate - 2.0 * 33.0 * MB / 30.0).abs() < 1.0,
+            (limits.inflight - 2.0 * 33.0 * MB / 4.0).abs() < 1.0,
             "{limits:?}"
         );
-        assert_eq!(limits.inflight, 8.0 * MB);
         assert_eq!(b.last_signal(), Some((Some(ms(10)), ms(50))));
         let v = b.view(now);
         assert_eq!((v.mode, v.controller.increases), ("adaptive", 1));
