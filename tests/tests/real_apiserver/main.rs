@@ -13,8 +13,8 @@
 //!   (the table is published in `tests/CONFORMANCE.md`).
 //! - `loadgen`: loadgen's counts checked against what the apiserver did.
 //! - `stores`: which store serves a consistent LIST on each version, as tollgate learns it.
-//! - `storm`: a LIST storm directly and through tollgate's default budget (runs alone; in the
-//!   default run on the current release only, see `storm.rs`).
+//! - `storm`: a storm directly and through tollgate's default budget (runs alone): LISTs from
+//!   etcd on 1.20.2, an informers' relist storm on the current release (see `storm.rs`).
 //!
 //! Each test starts its own apiserver (~7 s), so the tests are few and each checks much.
 
@@ -27,21 +27,7 @@ use serde_json::Value;
 
 /// One `#[test]` per Kubernetes version for each `fn NAME(version: KubeVersion) ->
 /// anyhow::Result<()>` named, in modules `v1_20` and `current` of the module it is used in.
-/// `ignore_current = "why";` first: the current release's are `#[ignore]`d (run them with
-/// `--run-ignored`).
 macro_rules! per_version {
-    (ignore_current = $why:literal; $($name:ident),+ $(,)?) => {
-        per_version!(@v1_20 $($name),+);
-        mod current {
-            $(
-                #[test]
-                #[ignore = $why]
-                fn $name() -> anyhow::Result<()> {
-                    super::$name(tests::KubeVersion::Current)
-                }
-            )+
-        }
-    };
     (@v1_20 $($name:ident),+) => {
         mod v1_20 {
             $(
