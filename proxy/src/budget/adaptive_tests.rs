@@ -75,6 +75,22 @@ fn a_cold_start_grows_per_clear_epoch_by_the_heartbeats_headroom() {
 }
 
 #[test]
+fn the_view_shows_the_pipe_of_the_size_that_waited_when_none_waits_now() {
+    let t0 = Instant::now();
+    let mut c = Controller::new(bounds(), t0);
+    c.note_service(100.0 * MB, Duration::from_secs(2), t0);
+    // A small request's quick completion: per byte far faster.
+    c.note_service(1.0 * MB, Duration::from_millis(1), t0);
+    let all = c.pipe_rate(0.0).expect("completions");
+    assert!((all - 1000.0 * MB).abs() < 1.0, "{all}");
+    let (_, t) = epoch(&mut c, t0, obs(Some(10), 10.0 * MB, 100.0 * MB));
+    // Nothing waits now: the view keeps the last decision's size.
+    c.step(&obs(Some(10), 0.0, 0.0), t + ms(100));
+    let shown = c.view(t + ms(100)).pipe_bytes_per_second.expect("a pipe");
+    assert!((shown - 50.0 * MB).abs() < 1.0, "{shown}");
+}
+
+#[test]
 fn congestion_cuts_toward_the_band_then_drains_then_probes() {
     let t0 = Instant::now();
     let mut c = Controller::new(bounds(), t0);
