@@ -130,11 +130,24 @@ impl RealApiserver {
     /// `START RUN_DIR FLAGS…` in a new temp dir: waits (the script's own 60 s deadline) until
     /// `/readyz` is ok and test-user's RBAC exists. Takes ~7 s.
     pub fn start_version(version: KubeVersion, flags: &[&str]) -> anyhow::Result<Self> {
+        Self::start_version_in(version, flags, None)
+    }
+
+    /// As [`RealApiserver::start_version`], with the run dir (and so etcd's data) in `parent`
+    /// rather than the system's temp dir.
+    pub fn start_version_in(
+        version: KubeVersion,
+        flags: &[&str],
+        parent: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let (start_script, stop_script) = version.scripts()?;
-        let dir = tempfile::Builder::new()
-            .prefix("tollgate-e2e-kube-")
-            .tempdir()
-            .context("creating the apiserver's run dir")?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("tollgate-e2e-kube-");
+        let dir = match parent {
+            Some(p) => builder.tempdir_in(p),
+            None => builder.tempdir(),
+        }
+        .context("creating the apiserver's run dir")?;
         let started = Instant::now();
         let out = Command::new("bash")
             .arg(&start_script)
