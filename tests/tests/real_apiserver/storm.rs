@@ -208,9 +208,8 @@ fn kube_pids(kube: &RealApiserver) -> Vec<(&'static str, String)> {
 /// Its etcd keeps its data in memory (`/dev/shm`, where the machine has it), as the scenario
 /// matrix's does: etcd syncs each heartbeat PATCH to disk, and on a shared disk a sync that
 /// waits 0.4-3 s stalls every heartbeat behind it, whatever the LISTs do. In one suite run a
-/// stall during the heartbeats' lead-in put their p99 at rest at 173 ms, and the run through
-/// tollgate met stalls of 400-650 ms the direct one did not (bench/RESULTS.md, "The 1.37.2
-/// storm test"): the outcome followed the disk, not the storm.
+/// stall during the heartbeats' lead-in put their p99 at rest at 173 ms, before any LIST, and
+/// that run failed (bench/RESULTS.md, "The 1.37.2 storm test").
 fn seeded_apiserver(version: KubeVersion, work: &Path) -> anyhow::Result<RealApiserver> {
     let shm = Path::new("/dev/shm");
     let kube = RealApiserver::start_version_in(version, &[], shm.is_dir().then_some(shm))?;
