@@ -82,15 +82,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            let n = match cli.workers {
-                Some(n) => usize::from(n),
-                None => match workers::default_count() {
-                    Ok(n) => n,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(EXIT_CONFIG);
-                    }
-                },
+            let n = match cli
+                .workers
+                .map_or_else(workers::default_count, |n| Ok(usize::from(n)))
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
             };
             match run(config, cli.flags, n) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -34,7 +34,8 @@ const HEARTBEATS: &str = "20/s";
 /// The storm's LISTs, per version: what harms that apiserver directly.
 /// - 1.20.2: 240 consistent LISTs of all pods a minute, each a quorum read of 33 MB from etcd.
 /// - The current release serves those from the watch cache and is not hurt by them while it has
-///   the CPU (the figures below). What hurts it is a relist storm: 50 informers of all pods
+///   the CPU, so with them the outcome followed the machine's load (bench/RESULTS.md, "The 1.37.2
+///   storm test"). What hurts it is a relist storm: 50 informers of all pods
 ///   starting at once, each a LIST (`resourceVersion=0`) then a WATCH, as after an apiserver
 ///   restart in a cluster of many controllers: 50 LISTs of 33 MB encoded at once. Sent directly
 ///   the scenario matrix's best even rate within 50 ms was 37 informers (bench/RESULTS.md,
@@ -231,10 +232,7 @@ fn seeded_apiserver(version: KubeVersion, work: &Path) -> anyhow::Result<RealApi
     Ok(kube)
 }
 
-// Each version gets the storm that harms it sent directly ([`storm_lists`]). The current
-// release's LIST storm of 1.20.2's shape is served from the watch cache and hurts the heartbeats
-// only when the machine's CPU is short, so it would test the machine's load rather than tollgate
-// (bench/RESULTS.md, "The 1.37.2 storm test"); the relist storm hurts it on a quiet machine.
+// Each version with its own storm: [`storm_lists`].
 per_version!(default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists);
 
 fn default_tollgate_keeps_heartbeats_faster_than_the_direct_storm_and_serves_lists(
