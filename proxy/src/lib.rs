@@ -70,6 +70,7 @@ pub mod release;
 pub mod requestheader;
 pub mod scrape;
 pub mod server;
+pub mod signal_probe;
 pub mod snapshot;
 pub mod status;
 pub mod tls;

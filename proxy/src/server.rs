@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::release::ReleaseProbe;
 use crate::scrape::Scraper;
+use crate::signal_probe::{Schedule, SignalProbe};
 use crate::tls::serving;
 use crate::workers::Workers;
 use crate::{accept, admin, containers, requestheader};
@@ -72,6 +73,13 @@ fn start_background(gateway: &Gateway, stop: &CancellationToken) {
         metrics: gateway.metrics().clone(),
     };
     tokio::spawn(probe.run(stop.clone()));
+    let probe = SignalProbe {
+        pool: pool.clone(),
+        admission: gateway.admission().clone(),
+        config: gateway.current_config().clone(),
+        metrics: gateway.metrics().clone(),
+    };
+    tokio::spawn(probe.run(Schedule::default(), stop.clone()));
     let (config, recoveries) = (gateway.current_config().clone(), pool.clone());
     tokio::spawn(gateway.admission().clone().dispatch_loop(
         move || config.get(),

@@ -32,8 +32,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::heavy::BudgetView;
-use crate::budget::latencies::{latency_queue, LatencyQueue, Whose, CAPACITY};
+use crate::budget::latencies::{latency_queue, LatencyQueue, CAPACITY};
 use crate::budget::shared::gate::{EtcdGate, EtcdTicket};
+use crate::budget::signal::Source;
 use crate::budget::unlearned::Start;
 use crate::config::settings::enforce::AdmissionSettings;
 use crate::enforce::decision::{Decision, Reason};
@@ -343,12 +344,24 @@ impl Admission {
     /// `Workload` one that started at `started` got its response headers
     /// now. Queued, not locked for: the signal takes it in at the next lock.
     pub fn record_latency(&self, lane: Lane, started: Instant) {
-        let whose = match lane {
-            Lane::System | Lane::Exempt => Whose::Protected,
-            Lane::Workload => Whose::Workload,
+        let source = match lane {
+            Lane::System | Lane::Exempt => Source::Protected,
+            Lane::Workload => Source::Workload,
             Lane::Heavy | Lane::SelfLane => return,
         };
-        self.latencies.record(whose, started, Instant::now());
+        self.latencies.record(source, started, Instant::now());
+    }
+
+    /// One of tollgate's own probes, sent at `started`, was answered (or
+    /// gave up) at `ended`.
+    pub fn record_probe(&self, started: Instant, ended: Instant) {
+        self.latencies.record(Source::Probe, started, ended);
+    }
+
+    /// Would a probe help the signal now
+    /// ([`crate::budget::heavy::ByteBudget::wants_probe`]).
+    pub fn wants_probe(&self) -> bool {
+        self.lock().budget.wants_probe(Instant::now())
     }
 
     /// The apiserver answered 429 or 5xx: the controller counts it.

@@ -11,7 +11,11 @@
 //!
 //! What it leaves out, on purpose: the relist guard (no upstream recoveries here), and the light lanes (the
 //! heartbeats go straight to the plant, and their latencies to the signal,
-//! as the protected lane's do).
+//! as the protected lane's do). With [`Scenario::probes_only`] the
+//! heartbeats reach the plant but not the signal (the kubelets talk to the
+//! apiserver directly), and tollgate's own probes
+//! ([`crate::signal_probe`]: one every `INTERVAL` while the budget wants
+//! them, given up at `TIMEOUT`) are its signal.
 //!
 //! The **oracle** is what the real-apiserver matrix measures: the
 //! best even rate sent directly (no tollgate) whose heartbeat p99 stays
@@ -24,6 +28,7 @@ use tokio::time::Instant;
 
 use super::latencies::latency_queue;
 use super::plant::{Plant, PlantParams, Rng};
+use super::signal::Source;
 use crate::config::settings::enforce::{AdmissionSettings, Lanes, Quota, RelistGuard};
 use crate::enforce::heavy::HeavyAdmission;
 
@@ -47,6 +52,9 @@ pub struct Scenario {
     /// Demand scale over time: `(from second, factor)`, the last that
     /// started applies (a step storm).
     pub steps: Vec<(f64, f64)>,
+    /// No heartbeat passes through tollgate: it steers by its own probes.
+    /// The heartbeats are still what the run is judged by.
+    pub probes_only: bool,
 }
 
 impl Scenario {
@@ -58,6 +66,7 @@ impl Scenario {
             seconds: 180.0,
             judge_from: 60.0,
             steps: Vec::new(),
+            probes_only: false,
         }
     }
 
@@ -203,6 +212,8 @@ pub fn run_tollgate(sc: &Scenario, quota: &Quota, seed: u64) -> Outcome {
     let interval = quota.adaptive.interval_seconds;
     let (mut next_step, mut id, mut served) = (interval, 0u64, 0.0);
     let (mut last_admission, mut done) = (0.0f64, Vec::new());
+    // Probes: the next one's time, those in flight as (end, latency).
+    let (mut next_probe, mut probes) = (0.0f64, Vec::<(f64, f64)>::new());
     let steps = (sc.seconds / DT) as usize;
     for i in 0..steps {
         let t = i as f64 * DT;
@@ -290,14 +301,37 @@ pub fn run_tollgate(sc: &Scenario, quota: &Quota, seed: u64) -> Outcome {
             &mut plant,
             &mut rng,
             |l, end| {
+                if sc.probes_only {
+                    return;
+                }
                 let end = at(end);
-                lane.budget.record_protected(
+                lane.budget.record(
+                    Source::Protected,
                     Duration::from_secs_f64(l),
                     end - Duration::from_secs_f64(l),
                     end,
                 );
             },
         );
+        if sc.probes_only {
+            if t1 >= next_probe {
+                next_probe += crate::signal_probe::INTERVAL.as_secs_f64();
+                if lane.budget.wants_probe(at(t1)) {
+                    let l = plant
+                        .heartbeat()
+                        .min(crate::signal_probe::TIMEOUT.as_secs_f64());
+                    probes.push((t1 + l, l));
+                }
+            }
+            probes.retain(|&(end, l)| {
+                if end > t1 {
+                    return true;
+                }
+                let l = Duration::from_secs_f64(l);
+                lane.budget.record(Source::Probe, l, at(end) - l, at(end));
+                false
+            });
+        }
         if t1 >= next_step {
             next_step += interval;
             let now = at(t1);

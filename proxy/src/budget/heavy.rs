@@ -5,9 +5,11 @@
 //!
 //! The signal is the protected lanes' latency (heartbeats, leases, system
 //! and exempt requests); where too few of those pass through tollgate (the
-//! kubelets talk to the apiserver directly), the light requests of the
-//! `workload` lane stand in, each against its own baseline. With neither,
-//! the controller holds.
+//! kubelets talk to the apiserver directly, a small cluster's heartbeats
+//! are sparse, the nodes have not reconnected after a restart), the light
+//! requests of the `workload` lane stand in, and where those are too few
+//! as well, tollgate's own probes ([`crate::signal_probe`]), each against
+//! its own baseline. With none, the controller holds.
 //!
 //! In `static` mode the rate and in-flight budget are the configured ones
 //! and the controller does not move; the signal and the target are still
@@ -20,7 +22,7 @@ use tokio::time::Instant;
 
 use super::adaptive::{Controller, ControllerView, Decision, Observation, Reason};
 use super::inflight::InflightBudget;
-use super::signal::{Signal, SignalView, Tail};
+use super::signal::{Signal, SignalView, Source};
 use crate::config::settings::budget::{
     Adaptive, Bounds, QuotaMode, DEFAULT_BURST_BYTES, DEFAULT_BYTES_PER_SECOND,
     DEFAULT_INFLIGHT_BYTES,
@@ -71,9 +73,8 @@ pub struct ByteBudget {
     adaptive: Adaptive,
     ceilings: Ceilings,
     inflight: InflightBudget,
-    signal: Signal,
-    /// Light `workload` requests: the signal when protected ones are too few.
-    fallback: Signal,
+    /// One per [`Source`], in its order.
+    signals: [Signal; 3],
     controller: Controller,
     /// Since the last step.
     admitted: f64,
@@ -104,7 +105,8 @@ pub struct BudgetView {
     /// [`super::latencies::CAPACITY`] waited between two steps.
     pub dropped_samples: u64,
     pub target_seconds: f64,
-    /// `protected` or `workload`: whose latency steers the budget now.
+    /// `protected`, `workload` or `probe`: whose latency steers the budget
+    /// now.
     pub signal_source: &'static str,
     /// That signal's p99, seconds (`None`: too few samples).
     pub p99_seconds: Option<f64>,
@@ -113,6 +115,7 @@ pub struct BudgetView {
     pub tail: Option<TailView>,
     pub signal: SignalView,
     pub workload_signal: SignalView,
+    pub probe_signal: SignalView,
     pub controller: ControllerView,
     /// Decisions so far by reason (the `tollgate_budget_decisions_total`
     /// metric's labels).
@@ -138,8 +141,7 @@ impl ByteBudget {
             adaptive,
             ceilings,
             inflight: InflightBudget::new(0.0),
-            signal: Signal::new(),
-            fallback: Signal::new(),
+            signals: Default::default(),
             controller,
             admitted: 0.0,
             waiting: 0.0,
@@ -225,8 +227,9 @@ impl ByteBudget {
         };
         if ok {
             self.admitted += bytes;
-            self.signal.set_heavy_busy(true, now);
-            self.fallback.set_heavy_busy(true, now);
+            for s in &mut self.signals {
+                s.set_heavy_busy(true, now);
+            }
         }
         ok
     }
@@ -259,19 +262,25 @@ impl ByteBudget {
                 .note_service(cost, now.saturating_duration_since(admitted_at), now);
         }
         if self.inflight.count() == 0 {
-            self.signal.set_heavy_busy(false, now);
-            self.fallback.set_heavy_busy(false, now);
+            for s in &mut self.signals {
+                s.set_heavy_busy(false, now);
+            }
         }
     }
 
-    /// A protected request (heartbeat, lease, system, exempt) took `latency`.
-    pub fn record_protected(&mut self, latency: Duration, started: Instant, now: Instant) {
-        self.signal.record(latency, started, now);
+    /// A request of `source` took `latency`.
+    pub fn record(&mut self, source: Source, latency: Duration, started: Instant, now: Instant) {
+        self.signals[source as usize].record(latency, started, now);
     }
 
-    /// A light request of the `workload` lane took `latency`.
-    pub fn record_workload(&mut self, latency: Duration, started: Instant, now: Instant) {
-        self.fallback.record(latency, started, now);
+    /// Would a probe help now: the adaptive controller steers and neither
+    /// the protected lanes nor the workload lane has enough samples in its
+    /// window for a p99.
+    pub fn wants_probe(&mut self, now: Instant) -> bool {
+        self.mode == QuotaMode::Adaptive
+            && self.signals[..Source::Probe as usize]
+                .iter_mut()
+                .all(|s| s.p99(now).is_none())
     }
 
     /// The apiserver answered 429 or 5xx.
@@ -279,27 +288,19 @@ impl ByteBudget {
         self.upstream_errors += 1;
     }
 
-    /// The signal at `now`: `(source, p99, target)`, the protected lanes'
-    /// if they have enough samples, else the workload lane's.
-    pub fn signal(&mut self, now: Instant) -> (&'static str, Option<Duration>, Duration) {
-        if let Some((p99, _, _)) = self.signal.p99(now) {
-            let target = self.adaptive.target(self.signal.baseline(now));
-            return ("protected", Some(p99), target);
+    /// The signal at `now`: `(source, p99, target)`, of the first
+    /// [`Source`] with enough samples for a p99, each against its own
+    /// baseline; with none, the protected lanes' target and no p99.
+    pub fn signal(&mut self, now: Instant) -> (Source, Option<Duration>, Duration) {
+        for source in Source::ALL {
+            let s = &mut self.signals[source as usize];
+            if let Some((p99, _, _)) = s.p99(now) {
+                let target = self.adaptive.target(s.baseline(now));
+                return (source, Some(p99), target);
+            }
         }
-        if let Some((p99, _, _)) = self.fallback.p99(now) {
-            let target = self.adaptive.target(self.fallback.baseline(now));
-            return ("workload", Some(p99), target);
-        }
-        let target = self.adaptive.target(self.signal.baseline(now));
-        ("protected", None, target)
-    }
-
-    /// The tail of the signal `source` names.
-    fn tail(&mut self, source: &str, target: Duration, now: Instant) -> Option<Tail> {
-        match source {
-            "protected" => self.signal.tail(target, now),
-            _ => self.fallback.tail(target, now),
-        }
+        let baseline = self.signals[Source::Protected as usize].baseline(now);
+        (Source::Protected, None, self.adaptive.target(baseline))
     }
 
     /// One controller step: the decision, if an epoch ended (static mode:
@@ -308,7 +309,7 @@ impl ByteBudget {
     pub fn step(&mut self, now: Instant) -> (Option<Decision>, Limits) {
         let (source, p99, target) = self.signal(now);
         let window = self.inflight.take_window();
-        let tail = self.tail(source, target, now);
+        let tail = self.signals[source as usize].tail(target, now);
         let o = Observation {
             tail,
             p99,
@@ -332,7 +333,7 @@ impl ByteBudget {
                 action = ?d.action,
                 reason = d.reason.as_str(),
                 state = ?d.state,
-                signal = source,
+                signal = source.as_str(),
                 p99_ms = d.p99_seconds.map(|p| p * 1e3),
                 target_ms = d.target_seconds * 1e3,
                 bytes_per_second = d.rate_after as u64,
@@ -362,11 +363,13 @@ impl ByteBudget {
     pub fn view(&mut self, now: Instant) -> BudgetView {
         let limits = self.limits();
         let (source, p99, target) = self.signal(now);
-        let tail = self.tail(source, target, now).map(|t| TailView {
-            samples: t.samples,
-            slow: t.slow,
-            slow_share: t.share(),
-        });
+        let tail = self.signals[source as usize]
+            .tail(target, now)
+            .map(|t| TailView {
+                samples: t.samples,
+                slow: t.slow,
+                slow_share: t.share(),
+            });
         BudgetView {
             p99_seconds: p99.map(|p| p.as_secs_f64()),
             tail,
@@ -379,9 +382,10 @@ impl ByteBudget {
             unlearned_inflight: 0,
             dropped_samples: 0,
             target_seconds: target.as_secs_f64(),
-            signal_source: source,
-            signal: self.signal.view(now),
-            workload_signal: self.fallback.view(now),
+            signal_source: source.as_str(),
+            signal: self.signals[Source::Protected as usize].view(now),
+            workload_signal: self.signals[Source::Workload as usize].view(now),
+            probe_signal: self.signals[Source::Probe as usize].view(now),
             controller: self.controller.view(now),
             decisions: self.decisions().map(|(r, n)| (r.as_str(), n)).collect(),
         }
@@ -497,19 +501,19 @@ mod tests {
         // Heartbeats at 20/s, 10 ms, while the LIST runs for a second.
         for _ in 0..20 {
             now += ms(50);
-            b.record_protected(ms(10), now - ms(10), now);
+            b.record(Source::Protected, ms(10), now - ms(10), now);
         }
         b.release(33.0 * MB, 33.0 * MB, t0, true, now);
         for _ in 0..20 {
             now += ms(50);
-            b.record_protected(ms(10), now - ms(10), now);
+            b.record(Source::Protected, ms(10), now - ms(10), now);
         }
         b.note_waited(33.0 * MB);
         // The epoch (2 s + the 1 s service time) ends at 3 s.
         assert_eq!(b.step(now).0, None, "the epoch has not ended");
         for _ in 0..20 {
             now += ms(50);
-            b.record_protected(ms(10), now - ms(10), now);
+            b.record(Source::Protected, ms(10), now - ms(10), now);
         }
         b.note_waited(33.0 * MB);
         let (decision, limits) = b.step(now);
@@ -539,25 +543,47 @@ mod tests {
     }
 
     #[test]
-    fn workload_requests_stand_in_for_missing_protected_ones() {
+    fn the_first_source_with_enough_samples_steers() {
         let t0 = Instant::now();
         let mut b = ByteBudget::new(QuotaMode::Adaptive, Adaptive::default(), ceilings(), t0);
         let mut now = t0;
         assert_eq!(
             b.signal(now),
-            ("protected", None, ms(50)),
+            (Source::Protected, None, ms(50)),
             "no signal: the floor"
         );
+        assert!(b.wants_probe(now), "nothing to steer by: probe");
         for _ in 0..40 {
             now += ms(50);
-            b.record_workload(ms(80), now - ms(80), now);
+            b.record(Source::Probe, ms(20), now - ms(20), now);
         }
-        // Their quiet runs give the baseline as well: the target is 2 × 80 ms.
-        assert_eq!(b.signal(now), ("workload", Some(ms(80)), ms(160)));
+        // Their quiet runs give the probes' own baseline: the target is the floor.
+        assert_eq!(b.signal(now), (Source::Probe, Some(ms(20)), ms(50)));
+        assert!(b.wants_probe(now), "probes do not stop their own need");
         for _ in 0..40 {
             now += ms(50);
-            b.record_protected(ms(7), now - ms(7), now);
+            b.record(Source::Workload, ms(80), now - ms(80), now);
         }
-        assert_eq!(b.signal(now), ("protected", Some(ms(7)), ms(50)));
+        // The workload lane's own baseline: the target is 2 × 80 ms.
+        assert_eq!(b.signal(now), (Source::Workload, Some(ms(80)), ms(160)));
+        assert!(!b.wants_probe(now), "light requests suffice");
+        for _ in 0..40 {
+            now += ms(50);
+            b.record(Source::Protected, ms(7), now - ms(7), now);
+        }
+        assert_eq!(b.signal(now), (Source::Protected, Some(ms(7)), ms(50)));
+        assert!(!b.wants_probe(now));
+        let v = b.view(now);
+        assert_eq!(v.signal_source, "protected");
+        assert_eq!(v.probe_signal.quiet_samples, 40);
+        // A minute on, every window is empty again: probe.
+        assert!(b.wants_probe(now + Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn static_mode_never_probes() {
+        let t0 = Instant::now();
+        let mut b = ByteBudget::new(QuotaMode::Static, Adaptive::default(), ceilings(), t0);
+        assert!(!b.wants_probe(t0), "its limits do not follow a signal");
     }
 }

@@ -20,24 +20,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::heavy::ByteBudget;
-use super::signal::MAX_SAMPLES;
+use super::signal::{Source, MAX_SAMPLES};
 
 /// Samples that may wait between two drains.
 pub const CAPACITY: usize = MAX_SAMPLES;
 
-/// Whose latency a sample is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Whose {
-    /// The lanes tollgate protects (heartbeats, leases, system, exempt).
-    Protected,
-    /// A light request of the `workload` lane, the stand-in.
-    Workload,
-}
-
 /// One light request's latency to its response headers.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
-    whose: Whose,
+    source: Source,
     started: Instant,
     latency: Duration,
 }
@@ -72,10 +63,10 @@ pub fn latency_queue(capacity: usize) -> (LatencyQueue, LatencyDrain) {
 impl LatencyQueue {
     /// A light request that started at `started` got its response headers
     /// at `now`.
-    pub fn record(&self, whose: Whose, started: Instant, now: Instant) {
+    pub fn record(&self, source: Source, started: Instant, now: Instant) {
         let latency = now.saturating_duration_since(started);
         let sample = Sample {
-            whose,
+            source,
             started,
             latency,
         };
@@ -90,10 +81,7 @@ impl LatencyDrain {
     pub fn drain_into(&self, budget: &mut ByteBudget) {
         for s in self.rx.try_iter() {
             let ended = s.started + s.latency;
-            match s.whose {
-                Whose::Protected => budget.record_protected(s.latency, s.started, ended),
-                Whose::Workload => budget.record_workload(s.latency, s.started, ended),
-            }
+            budget.record(s.source, s.latency, s.started, ended);
         }
     }
 
@@ -126,13 +114,13 @@ mod tests {
         let mut now = t0;
         for i in 0..60u64 {
             now += Duration::from_millis(50);
-            let whose = if i < 30 {
-                Whose::Workload
+            let source = if i < 30 {
+                Source::Workload
             } else {
-                Whose::Protected
+                Source::Protected
             };
             let latency = Duration::from_millis(if i < 30 { 80 } else { 7 });
-            queue.record(whose, now - latency, now);
+            queue.record(source, now - latency, now);
         }
         assert_eq!(drain.dropped(), 10, "50 waited, 10 did not fit");
         drain.drain_into(&mut b);
@@ -141,7 +129,7 @@ mod tests {
         assert_eq!((w.quiet_samples, w.p99_seconds), (30, Some(0.08)));
         assert_eq!((p.quiet_samples, p.p99_seconds), (20, Some(0.007)));
         // Drained: the queue takes samples again.
-        queue.record(Whose::Protected, now, now + Duration::from_millis(50));
+        queue.record(Source::Protected, now, now + Duration::from_millis(50));
         assert_eq!(drain.dropped(), 10);
     }
 
@@ -153,10 +141,10 @@ mod tests {
         // Ended while no heavy request ran: quiet, though drained after
         // one started (admission drains before the heavy lane changes).
         let ended = t0 + Duration::from_secs(1);
-        queue.record(Whose::Protected, ended - Duration::from_millis(10), ended);
+        queue.record(Source::Protected, ended - Duration::from_millis(10), ended);
         drain.drain_into(&mut b);
         assert!(b.acquire(1.0, false, ended + Duration::from_millis(1)));
-        queue.record(Whose::Protected, ended, ended + Duration::from_millis(20));
+        queue.record(Source::Protected, ended, ended + Duration::from_millis(20));
         drain.drain_into(&mut b);
         assert_eq!(
             b.view(ended + Duration::from_millis(20))

@@ -88,6 +88,32 @@ pub const BASELINE_HORIZON: Duration = Duration::from_secs(600);
 
 const QUANTILE: f64 = 0.99;
 
+/// Whose latency a sample is, in the order the budget prefers them as its
+/// signal: the first with enough samples in its window steers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The lanes tollgate protects (heartbeats, leases, system, exempt).
+    Protected,
+    /// Light requests of the `workload` lane, when protected ones are too
+    /// few (the kubelets talk to the apiserver directly).
+    Workload,
+    /// Tollgate's own probes (`quota.adaptive.probe`), sent only while
+    /// neither of the others has enough samples.
+    Probe,
+}
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Protected, Source::Workload, Source::Probe];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Protected => "protected",
+            Source::Workload => "workload",
+            Source::Probe => "probe",
+        }
+    }
+}
+
 /// The protected requests of the last [`TAIL_WINDOW`], and how many of
 /// them were slower than the target.
 #[derive(Debug, Clone, Copy, PartialEq)]

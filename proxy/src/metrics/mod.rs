@@ -195,6 +195,9 @@ pub struct Metrics {
     pub budget_target: Gauge<f64, AtomicU64>,
     pub budget_unlearned: Gauge,
     pub budget_decisions: Family<ReasonLabel, Counter>,
+    /// The budget's own probes of the apiserver, by result
+    /// ([`crate::signal_probe::RESULTS`]).
+    pub signal_probes: Family<ResultLabel, Counter>,
     pub scrape_failures: Family<ReasonLabel, Counter>,
     /// Reads of the upstream's `/version`, by result (ok, error, unparsable).
     pub version_reads: Family<ResultLabel, Counter>,
@@ -266,6 +269,7 @@ impl Metrics {
             budget_target: Gauge::default(),
             budget_unlearned: Gauge::default(),
             budget_decisions: Family::default(),
+            signal_probes: Family::default(),
             scrape_failures: Family::default(),
             version_reads: Family::default(),
             upstream_minor: Gauge::default(),
@@ -302,6 +306,13 @@ impl Metrics {
     fn export_known_label_sets(&self) {
         for result in VERSION_READ_RESULTS {
             self.version_reads
+                .get_or_create(&ResultLabel {
+                    result: result.into(),
+                })
+                .inc_by(0);
+        }
+        for result in crate::signal_probe::RESULTS {
+            self.signal_probes
                 .get_or_create(&ResultLabel {
                     result: result.into(),
                 })
@@ -648,6 +659,11 @@ fn register_budget(m: &Metrics, r: &mut Registry) {
         "tollgate_budget_decisions",
         "The adaptive controller's decisions (one per epoch) by reason: clear, congested, upstreamErrors, band, idle, notOurs, draining, noSignal, ceiling, floor",
         m.budget_decisions.clone(),
+    );
+    r.register(
+        "tollgate_signal_probes",
+        "The adaptive budget's own GETs of the apiserver, sent while too few protected or workload requests give it a signal, by result: ok and timeout (both samples of the signal), error (no answer or not 2xx: no sample), busy (skipped: the most allowed were in flight)",
+        m.signal_probes.clone(),
     );
     r.register(
         "tollgate_token_reviews",

@@ -14,6 +14,7 @@
 //!     minInflightBytes: 8388608
 //!     maxBytesPerSecond: 4294967296   # default: bytesPerSecond if set, else 4 GiB/s
 //!     maxInflightBytes: 17179869184   # default: inflightBytes if set, else 16 GiB
+//!     probe: true           # tollgate's own GETs when too few light requests give a signal
 //! ```
 //!
 //! The static pool's defaults are a guess at a cluster tollgate has never
@@ -107,6 +108,13 @@ pub struct Adaptive {
     pub max_inflight_bytes: Option<f64>,
     /// Seconds between controller steps. Default `0.5`.
     pub interval_seconds: f64,
+    /// While neither the protected lanes nor the workload lane carry
+    /// enough requests for a signal (a small cluster, kubelets that talk
+    /// to the apiserver directly, nodes not yet back after a restart),
+    /// tollgate measures the apiserver with GETs of its own
+    /// ([`crate::signal_probe`]). Off: the controller holds at its level
+    /// without a signal. Default `true`.
+    pub probe: bool,
 }
 
 impl Default for Adaptive {
@@ -120,6 +128,7 @@ impl Default for Adaptive {
             min_inflight_bytes: 8_388_608.0,
             max_inflight_bytes: None,
             interval_seconds: 0.5,
+            probe: true,
         }
     }
 }
