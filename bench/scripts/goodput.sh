@@ -40,7 +40,7 @@
 #   SKIP_BUILD=1 BIN_DIR=target/release RESULTS=path ("-" prints only) KEEP_TMP=1
 #   TRACES=dir                keep each tollgate run's budget trace (budget.trace, one /debug/budget
 #                             a second), its last /debug/budget and its /metrics there, as
-#                             PREFIXPLANE-NAME.* (TRACE_PREFIX: matrix.sh names cell and run)
+#                             PREFIXPLANE-NAME.* (TRACE_PREFIX: matrix.sh names apiserver, cell and run)
 #   VIAS="direct static-default adaptive search"   the runs after the baseline (a subset for a
 #                             quick look; the targets' check needs all of them)
 #   KUBE=1.20                 the real apiserver: 1.20 (../shared/tools/kube-apiserver's 1.20.2,

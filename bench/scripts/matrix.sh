@@ -46,7 +46,8 @@
 #   KUBE=1.20|current   the apiserver (goodput.sh's KUBE: the 1.20.2 tier or scripts/kube-current.sh's)
 #   RUNS=3 SWEEP_STEPS=3 RUN_SECONDS=60 RESULTS=path|- SKIP_BUILD=1 (passed on to goodput.sh)
 #   TRACES=dir         keep every tollgate run's budget trace, last /debug/budget and /metrics
-#                      there, named CELL-RUN-* (goodput.sh's TRACES)
+#                      there, named KUBE-CELL-RUN-* (goodput.sh's TRACES; the same cell on
+#                      both apiservers in one directory keeps both)
 #   TMPDIR=/tmp        where every run's etcd data lives (lib.sh); /dev/shm keeps a shared disk's
 #                      stalls out of the heartbeats (etcd fsyncs each PATCH), named in the command
 set -euo pipefail
@@ -111,7 +112,7 @@ one() {
     first=0
     SKIP_BUILD=$skip PLANES=real VIAS=$via RESULTS=- LIST_SHAPE=$SHAPE REAL_PODS=$PODS \
         REAL_STORM=$rate REAL_PATCH=$PATCH REAL_NODES=$NODES BASELINE=direct TARGET_MS=$CELL_TARGET \
-        TRACE_PREFIX="$CELL-$tag-" \
+        TRACE_PREFIX="$KUBE-$CELL-$tag-" \
         "$ROOT/bench/scripts/goodput.sh" >"$out" 2>&1 || { log "$CELL $tag: goodput.sh failed; see $out"; return 1; }
     if [[ -z $CELL_TARGET ]]; then
         CELL_TARGET=$(grep -o 'target PATCH p99 <= [0-9.]* ms' "$out" | head -1 | awk '{print $5}')
