@@ -11,11 +11,11 @@
 //!
 //! What it leaves out, on purpose: the relist guard (no upstream recoveries here), and the light lanes (the
 //! heartbeats go straight to the plant, and their latencies to the signal,
-//! as the protected lane's do). With [`Scenario::probes_only`] the
-//! heartbeats reach the plant but not the signal (the kubelets talk to the
-//! apiserver directly), and tollgate's own probes
+//! as the protected lane's do). Tollgate's own probes
 //! ([`crate::signal_probe`]: one every `INTERVAL` while the budget wants
-//! them, given up at `TIMEOUT`) are its signal.
+//! them, given up at `TIMEOUT`) go to the plant as heartbeats do; with
+//! [`Scenario::probes_only`] the heartbeats reach the plant but not the
+//! signal (the kubelets talk to the apiserver directly).
 //!
 //! The **oracle** is what the real-apiserver matrix measures: the
 //! best even rate sent directly (no tollgate) whose heartbeat p99 stays
@@ -313,7 +313,7 @@ pub fn run_tollgate(sc: &Scenario, quota: &Quota, seed: u64) -> Outcome {
                 );
             },
         );
-        if sc.probes_only {
+        {
             if t1 >= next_probe {
                 next_probe += crate::signal_probe::INTERVAL.as_secs_f64();
                 if lane.budget.wants_probe(at(t1)) {

@@ -109,28 +109,28 @@ mod tests {
     #[test]
     fn samples_reach_their_signal_and_the_overflow_is_counted() {
         let t0 = Instant::now();
-        let (queue, drain) = latency_queue(50);
+        let (queue, drain) = latency_queue(100);
         let mut b = budget(t0);
         let mut now = t0;
-        for i in 0..60u64 {
-            now += Duration::from_millis(50);
-            let source = if i < 30 {
+        for i in 0..120u64 {
+            now += Duration::from_millis(30);
+            let source = if i < 60 {
                 Source::Workload
             } else {
                 Source::Protected
             };
-            let latency = Duration::from_millis(if i < 30 { 80 } else { 7 });
+            let latency = Duration::from_millis(if i < 60 { 80 } else { 7 });
             queue.record(source, now - latency, now);
         }
-        assert_eq!(drain.dropped(), 10, "50 waited, 10 did not fit");
+        assert_eq!(drain.dropped(), 20, "100 waited, 20 did not fit");
         drain.drain_into(&mut b);
         let v = b.view(now);
         let (w, p) = (v.workload_signal, v.signal);
-        assert_eq!((w.quiet_samples, w.p99_seconds), (30, Some(0.08)));
-        assert_eq!((p.quiet_samples, p.p99_seconds), (20, Some(0.007)));
+        assert_eq!((w.quiet_samples, w.p99_seconds), (60, Some(0.08)));
+        assert_eq!((p.quiet_samples, p.p99_seconds), (40, Some(0.007)));
         // Drained: the queue takes samples again.
         queue.record(Source::Protected, now, now + Duration::from_millis(50));
-        assert_eq!(drain.dropped(), 10);
+        assert_eq!(drain.dropped(), 20);
     }
 
     #[test]
