@@ -30,12 +30,13 @@
 //! [`MAX_IN_FLIGHT`] are in flight, so an apiserver that stops answering
 //! is never sent more than that at once. An answer other than 2xx (403
 //! without the permission, 429 from the apiserver's own fairness) is not a
-//! sample: it did not measure the way a heartbeat goes. Every probe is
-//! counted by result (`tollgate_signal_probes_total`).
-//!
+//! sample: it did not measure the way a heartbeat goes; after one, the
+//! next probe waits [`RETRY`], so an identity without the permission or an
+//! apiserver that is down is asked once a second, not twenty times. Every
+//! probe is counted by result (`tollgate_signal_probes_total`).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -67,6 +68,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(1);
 /// Probes in flight at once: as many as the schedule starts within one
 /// [`TIMEOUT`], so the bound only bites if the clock stalls.
 pub const MAX_IN_FLIGHT: usize = (TIMEOUT.as_millis() / INTERVAL.as_millis()) as usize;
+/// After a failed probe, the next one: as often as tollgate's other reads
+/// of its own retry.
+pub const RETRY: Duration = Duration::from_secs(1);
 /// Most bytes read of one answer: a ConfigMap holds at most 1 MiB of data.
 const MAX_BODY: usize = 2 << 20;
 
@@ -83,13 +87,14 @@ pub struct SignalProbe {
     pub metrics: Arc<Metrics>,
 }
 
-/// The schedule: [`INTERVAL`], [`TIMEOUT`], [`MAX_IN_FLIGHT`] in service;
-/// tests shorten it.
+/// The schedule: [`INTERVAL`], [`TIMEOUT`], [`MAX_IN_FLIGHT`], [`RETRY`]
+/// in service; tests shorten it.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {
     pub interval: Duration,
     pub timeout: Duration,
     pub max_in_flight: usize,
+    pub retry: Duration,
 }
 
 impl Default for Schedule {
@@ -98,13 +103,29 @@ impl Default for Schedule {
             interval: INTERVAL,
             timeout: TIMEOUT,
             max_in_flight: MAX_IN_FLIGHT,
+            retry: RETRY,
         }
     }
 }
 
-/// Whether the last probe failed, so a run of failures is logged once.
+/// When the last probe failed (`None`: it did not), so a run of failures
+/// is logged once and probed at [`RETRY`].
 #[derive(Default)]
-struct Failing(AtomicBool);
+struct Failing(Mutex<Option<Instant>>);
+
+impl Failing {
+    fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record the outcome; whether it changed (a first failure, a recovery).
+    fn set(&self, failed: bool) -> bool {
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let was = last.is_some();
+        *last = failed.then(Instant::now);
+        was != failed
+    }
+}
 
 impl SignalProbe {
     /// Probe while wanted, until `stop`.
@@ -121,6 +142,12 @@ impl SignalProbe {
                 _ = tick.tick() => {}
             }
             if !this.config.get().quota.adaptive.probe || !this.admission.wants_probe() {
+                continue;
+            }
+            if failing
+                .get()
+                .is_some_and(|at| at.elapsed() < schedule.retry)
+            {
                 continue;
             }
             let Ok(permit) = in_flight.clone().try_acquire_owned() else {
@@ -163,14 +190,14 @@ impl SignalProbe {
                 "timeout"
             }
             Ok(Err(e)) => {
-                if !failing.0.swap(true, Ordering::Relaxed) {
+                if failing.set(true) {
                     tracing::warn!(upstream = %upstream.url, error = %e, path = CONFIGMAP_PATH, "the budget's probe failed: with too few protected or workload requests, the adaptive budget has no signal while this lasts (tollgate's own identity needs get on that ConfigMap: the extension-apiserver-authentication-reader role)");
                 }
                 self.count("error");
                 return;
             }
         };
-        if failing.0.swap(false, Ordering::Relaxed) {
+        if failing.set(false) {
             tracing::info!(upstream = %upstream.url, "the budget's probe is answered again");
         }
         self.count(result);
@@ -200,6 +227,14 @@ mod tests {
     /// An upstream on a loopback port that answers each request after
     /// `delay` (`None`: never) and counts the requests it got.
     async fn upstream(delay: Option<Duration>) -> (String, Arc<AtomicU64>) {
+        upstream_answering(delay, hyper::StatusCode::OK).await
+    }
+
+    /// [`upstream`], answering `status`.
+    async fn upstream_answering(
+        delay: Option<Duration>,
+        status: hyper::StatusCode,
+    ) -> (String, Arc<AtomicU64>) {
         let tcp = TcpListener::bind("127.0.0.1:0").await.expect("binds");
         let url = format!("http://{}", tcp.local_addr().expect("addr"));
         let got = Arc::new(AtomicU64::new(0));
@@ -214,9 +249,11 @@ mod tests {
                             Some(d) => tokio::time::sleep(d).await,
                             None => std::future::pending().await,
                         }
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                            crate::status::full(bytes::Bytes::from_static(b"{}")),
-                        ))
+                        let mut resp = hyper::Response::new(crate::status::full(
+                            bytes::Bytes::from_static(b"{}"),
+                        ));
+                        *resp.status_mut() = status;
+                        Ok::<_, std::convert::Infallible>(resp)
                     }
                 });
                 tokio::spawn(async move {
@@ -293,6 +330,7 @@ mod tests {
             interval: Duration::from_millis(10),
             timeout,
             max_in_flight,
+            retry: Duration::from_millis(100),
         }
     }
 
@@ -350,17 +388,23 @@ mod tests {
         }
     }
 
+    /// A refused probe (403: tollgate's identity may not read the
+    /// ConfigMap) is no sample, and after one the next waits `retry` (here
+    /// 400 ms, against probes every 10 ms).
     #[tokio::test]
-    async fn a_refused_probe_is_no_sample() {
-        // Nothing listens on the port it had once the listener is gone.
-        let closed = {
-            let tcp = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-            format!("http://{}", tcp.local_addr().expect("addr"))
-        };
-        let r = start(&closed, fast(Duration::from_secs(1), 4), |_| {});
-        until(|| r.count("error") >= 5).await;
+    async fn a_refused_probe_is_no_sample_and_slows_the_probes() {
+        let (url, got) =
+            upstream_answering(Some(Duration::ZERO), hyper::StatusCode::FORBIDDEN).await;
+        let started = Instant::now();
+        let mut schedule = fast(Duration::from_secs(1), 4);
+        schedule.retry = Duration::from_millis(400);
+        let r = start(&url, schedule, |_| {});
+        until(|| r.count("error") >= 3).await;
         let v = r.admission.budget_view(r.config.admission());
         assert_eq!(v.probe_signal.window_samples, 0);
         assert_eq!(v.p99_seconds, None);
+        let sent = got.load(Ordering::Relaxed);
+        let most = (started.elapsed().as_millis() / 400) as u64 + 2;
+        assert!(sent <= most, "{sent} probes in {:?}", started.elapsed());
     }
 }
