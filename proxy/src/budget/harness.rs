@@ -313,25 +313,23 @@ pub fn run_tollgate(sc: &Scenario, quota: &Quota, seed: u64) -> Outcome {
                 );
             },
         );
-        {
-            if t1 >= next_probe {
-                next_probe += crate::signal_probe::INTERVAL.as_secs_f64();
-                if lane.budget.wants_probe(at(t1)) {
-                    let l = plant
-                        .heartbeat()
-                        .min(crate::signal_probe::TIMEOUT.as_secs_f64());
-                    probes.push((t1 + l, l));
-                }
+        if t1 >= next_probe {
+            next_probe += crate::signal_probe::INTERVAL.as_secs_f64();
+            if lane.budget.wants_probe(at(t1)) {
+                let l = plant
+                    .heartbeat()
+                    .min(crate::signal_probe::TIMEOUT.as_secs_f64());
+                probes.push((t1 + l, l));
             }
-            probes.retain(|&(end, l)| {
-                if end > t1 {
-                    return true;
-                }
-                let l = Duration::from_secs_f64(l);
-                lane.budget.record(Source::Probe, l, at(end) - l, at(end));
-                false
-            });
         }
+        probes.retain(|&(end, l)| {
+            if end > t1 {
+                return true;
+            }
+            let l = Duration::from_secs_f64(l);
+            lane.budget.record(Source::Probe, l, at(end) - l, at(end));
+            false
+        });
         if t1 >= next_step {
             next_step += interval;
             let now = at(t1);

@@ -74,7 +74,7 @@ pub struct ByteBudget {
     ceilings: Ceilings,
     inflight: InflightBudget,
     /// One per [`Source`], in its order.
-    signals: [Signal; 3],
+    signals: [Signal; Source::ALL.len()],
     controller: Controller,
     /// Since the last step.
     admitted: f64,
