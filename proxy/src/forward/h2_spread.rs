@@ -370,7 +370,8 @@ impl Conns {
             if let State::Opening(rx) = &c.state {
                 let done = rx.borrow().clone();
                 match done {
-                    None => return true,
+                    // Its task gone without a result (the runtime stopping): dropped.
+                    None => return rx.has_changed().is_ok(),
                     Some(Ok(Opened::H2(sender))) => c.state = State::Ready(sender),
                     Some(Ok(Opened::Http1)) => {
                         http1 = true;
