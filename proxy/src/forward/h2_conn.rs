@@ -4,12 +4,13 @@
 //! the connection's frames are never handed between threads).
 
 use std::error::Error;
+use std::future::Future;
 use std::sync::Arc;
 
 use http::Uri;
 use hyper::client::conn::http2;
 use hyper_util::client::legacy::connect::Connection as _;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use tower_service::Service as _;
 
 use super::connect::TimedConnector;
@@ -55,13 +56,31 @@ impl Error for ConnectError {
 #[derive(Debug, Clone)]
 pub(crate) struct Opener {
     connector: TimedConnector,
-    h2: http2::Builder<TokioExecutor>,
+    h2: http2::Builder<Boxed>,
+}
+
+/// Spawns hyper's HTTP/2 client futures (the connection's, and one per request) boxed, as
+/// hyper-util's pooled client did. They are one enum whose size is its largest variant's (the
+/// connection's), and a tokio task keeps its future inline and rewrites its whole stage when
+/// the future ends: spawned as they are, each request's small future cost several copies of
+/// that size (2.6 k instructions a request in the spawn, against 0.4 k boxed).
+#[derive(Debug, Clone, Copy)]
+pub struct Boxed;
+
+impl<F> hyper::rt::Executor<F> for Boxed
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::spawn(Box::pin(fut));
+    }
 }
 
 impl Opener {
     /// `windows`: HTTP/2 flow-control windows `(stream, connection)`, hyper's defaults if `None`.
     pub(crate) fn new(config: &Connect, windows: Option<(u32, u32)>) -> Opener {
-        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        let mut h2 = http2::Builder::new(Boxed);
         h2.timer(TokioTimer::new())
             .keep_alive_interval(config.ping.0)
             .keep_alive_timeout(config.ping.1)

@@ -42,6 +42,7 @@ use crate::status::{self, ProxyError};
 use crate::Body;
 
 pub use connect::ConnectTimeout;
+pub use h2_conn::Boxed;
 pub use h2_spread::StreamSlot;
 pub use hop::{is_upgrade, strip_hop_by_hop};
 pub use pool::{Outstanding, SendError, Upstream, UpstreamPool};
