@@ -20,7 +20,7 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::Request;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -263,8 +263,10 @@ async fn quiet(activity: &Activity) {
 }
 
 /// HTTP/1.1 and HTTP/2 as the configuration's timeouts say.
-fn connection_builder(config: &Config) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+/// Its HTTP/2 streams' tasks are spawned boxed ([`crate::forward::Boxed`]): each holds the
+/// request's whole handling, and a tokio task keeps its future inline.
+fn connection_builder(config: &Config) -> auto::Builder<crate::forward::Boxed> {
+    let mut builder = auto::Builder::new(crate::forward::Boxed);
     builder
         .http1()
         .timer(TokioTimer::new())

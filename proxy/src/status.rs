@@ -49,8 +49,10 @@ pub enum ProxyError {
     Upstream {
         upstream: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: crate::BoxError,
     },
+    #[error("upstream {upstream} has no room for another request: {reason}")]
+    UpstreamBusy { upstream: String, reason: String },
     #[error("upstream {upstream} sent no response headers within {seconds}s")]
     Timeout { upstream: String, seconds: f64 },
     #[error(
@@ -67,6 +69,7 @@ impl ProxyError {
             ProxyError::BadRequest(_) | ProxyError::BadBody(_) => ErrorSource::Downstream,
             ProxyError::NoUpstream
             | ProxyError::Upstream { .. }
+            | ProxyError::UpstreamBusy { .. }
             | ProxyError::Timeout { .. }
             | ProxyError::ConnectTimeout { .. } => ErrorSource::Upstream,
             ProxyError::Build(_) => ErrorSource::Internal,
@@ -78,7 +81,9 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest(e) => Status::bad_request(e.to_string()),
             ProxyError::BadBody(_) => Status::bad_request(self.to_string()),
-            ProxyError::NoUpstream => Status::service_unavailable(self.to_string()),
+            ProxyError::NoUpstream | ProxyError::UpstreamBusy { .. } => {
+                Status::service_unavailable(self.to_string())
+            }
             ProxyError::Upstream { .. } => {
                 Status::failure(502, "BadGateway", kubeio::error_chain(self))
             }

@@ -1,17 +1,28 @@
-//! The HTTP/2 stream spreader: the HTTP clients that carry forwarded requests to the apiservers,
-//! spread over several connections so that no HTTP/2 connection carries more streams than the
-//! apiserver allows. (Not admission's lanes: those are in [`crate::enforce::lane`].)
+//! The HTTP/2 stream spreader: the upstream connections that carry forwarded requests to the
+//! apiservers, each worker's own, spread so that no HTTP/2 connection carries more streams than
+//! the apiserver allows. (Not admission's lanes: those are in [`crate::enforce::lane`].)
+//!
+//! Built on hyper's connection API (`client::conn::http2`), not on hyper-util's pooled client:
+//! a request takes a stream on a connection of its worker's in one short critical section (no
+//! pool checkout, no pool key hashed, no client copied) and its request is handed to the
+//! connection's task there.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::connect::TimedConnector;
+use super::h2_conn::{ConnectError, Opened, Opener, Sender};
 use super::light_h1::LightH1;
+use super::pool::{SendError, Upstream};
 use crate::Body;
 
 pub(crate) type HttpClient = Client<TimedConnector, Body>;
@@ -29,32 +40,80 @@ pub(crate) struct Connect {
     pub ping: (Duration, Duration),
 }
 
+/// The most HTTP/2 connections one worker opens to one upstream for one spread: at the default
+/// 100 streams each, 102,400 requests in flight. Past it a request is refused with a 503
+/// ([`SendError::Busy`]) rather than queued behind streams that may never end (watches).
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
+
+/// A connection that carried no stream for this long is closed when its worker next looks
+/// (as hyper-util's pool closed idle ones after 90 s).
+const IDLE: Duration = Duration::from_secs(90);
+
 /// HTTP/2 connections are shared by many streams, and the apiserver caps
 /// streams per connection (250 in 1.20, 100 in recent releases); a stream
 /// past the cap waits for one to end, which for a watch is never. So
-/// requests are spread over clients, each with its own connection per
-/// upstream and carrying at most `limit` open requests; a new client opens
-/// when all are full. Clients are few: concurrent requests / limit.
+/// requests are spread over connections, each carrying at most `limit` open
+/// requests; a new one opens when all are full, up to [`MAX_CONNECTIONS`]
+/// per upstream on each worker.
 ///
-/// Until the upstream is known to speak HTTP/2 (a response came back over it), a new
-/// client negotiates by ALPN, and its pool cannot tell that one connection will do: a burst
-/// of requests into a new client races a TLS connection per request while the first handshake
-/// is in flight (10,000 watches opened at once made ~2,000 connections, all but one per client
-/// dropped again). Once HTTP/2 is known, new clients are HTTP/2-only, and their pool opens one
-/// connection and queues the burst on it.
+/// Requests that arrive while a connection is being opened wait for it (while it has room)
+/// instead of opening their own: a burst into a new spread opens one connection, not one per
+/// request (10,000 watches opened at once once made ~2,000 TLS connections).
 #[derive(Debug)]
 pub struct H2Spread {
-    config: Connect,
+    opener: Opener,
     limit: usize,
-    /// HTTP/2 flow-control windows `(stream, connection)`; hyper's defaults if `None`.
-    windows: Option<(u32, u32)>,
-    /// The clients of each worker ([`crate::workers`]): a worker's requests go over its own
-    /// connections, whose tasks run on it, so a request's frames are not handed between
-    /// threads. Each client behind an `Arc`: a request takes one reference, not a copy of
-    /// the client (its connector, executor, builders and pool: five shared counts
-    /// touched and released per request; `request` copies it once more itself).
-    clients: Box<[Mutex<Vec<ClientSlots>>]>,
-    h2_known: AtomicBool,
+    max_connections: usize,
+    /// The connections of each worker ([`crate::workers`]): a worker's requests go over its own
+    /// connections, whose tasks run on it, so a request's frames are not handed between threads.
+    workers: Box<[Mutex<Worker>]>,
+}
+
+/// One worker's connections, by upstream index.
+#[derive(Debug, Default)]
+struct Worker {
+    upstreams: Vec<Conns>,
+}
+
+/// One worker's connections to one upstream.
+#[derive(Debug, Default)]
+struct Conns {
+    open: Vec<Conn>,
+    /// ALPN chose HTTP/1.1: requests go over HTTP/1.1 from then on.
+    http1: bool,
+}
+
+#[derive(Debug)]
+struct Conn {
+    state: State,
+    /// Streams open (or waiting for the connection), freed by [`StreamSlot`]s.
+    streams: Arc<AtomicUsize>,
+    last_used: Instant,
+}
+
+type Opening = watch::Receiver<Option<Result<Opened, ConnectError>>>;
+
+#[derive(Debug)]
+enum State {
+    Opening(Opening),
+    Ready(Sender),
+}
+
+/// What a request got from [`H2Spread::send`].
+pub(crate) enum Sent {
+    Response(Response<Incoming>, StreamSlot),
+    /// The upstream speaks HTTP/1.1 only (ALPN): send it there.
+    Http1(Request<Body>),
+}
+
+/// One step of a send, taken under the worker's lock.
+enum Step<F> {
+    /// Handed to a ready connection.
+    Sent(F, StreamSlot),
+    /// A connection is being opened; the request waits for it.
+    Wait(Opening, StreamSlot, Request<Body>),
+    Http1(Request<Body>),
+    Busy,
 }
 
 /// The spreads of one identity: one for light requests, one for bulk ones
@@ -67,11 +126,14 @@ pub struct H2Spread {
 /// connection with bulk ones (tests/h2_isolation.rs). With
 /// `upstream.lightProtocol: http1` light requests go over HTTP/1.1
 /// ([`LightH1`]) while it has room, and over the light HTTP/2 spread past it.
+/// Upgrades, plain `http://` upstreams and those that choose HTTP/1.1 by ALPN
+/// go over the HTTP/1.1 client.
 #[derive(Debug)]
 pub struct Spreads {
     light: H2Spread,
     light_h1: Option<LightH1>,
     bulk: H2Spread,
+    h1: HttpClient,
 }
 
 impl Spreads {
@@ -85,32 +147,43 @@ impl Spreads {
         let connection = (STREAM_WINDOW as u64 * limit.max(1) as u64).min(MAX_WINDOW as u64);
         let windows = Some((STREAM_WINDOW, connection as u32));
         Spreads {
-            light: H2Spread::new(config.clone(), limit, windows),
+            light: H2Spread::new(&config, limit, windows, MAX_CONNECTIONS),
             light_h1,
-            bulk: H2Spread::new(config, limit, windows),
+            bulk: H2Spread::new(&config, limit, windows, MAX_CONNECTIONS),
+            h1: http_client(config, false),
         }
     }
 
-    /// The client for a request and its slot there.
-    pub(crate) fn acquire(&self, bulk: bool) -> (Arc<HttpClient>, StreamSlot) {
-        if bulk {
-            return self.bulk.acquire();
+    /// Sends `req` (its URI already on `upstream`) and returns the response head with the
+    /// stream's slot, held until the response ends.
+    pub(crate) async fn send(
+        &self,
+        upstream: &Upstream,
+        req: Request<Body>,
+        bulk: bool,
+    ) -> Result<(Response<Incoming>, Option<StreamSlot>), SendError> {
+        if !bulk {
+            if let Some((client, slot)) = self.light_h1.as_ref().and_then(LightH1::acquire) {
+                let resp = client.request(req).await.map_err(SendError::legacy)?;
+                return Ok((resp, Some(slot)));
+            }
         }
-        match self.light_h1.as_ref().and_then(LightH1::acquire) {
-            Some(h1) => h1,
-            None => self.light.acquire(),
+        if !upstream.is_https() {
+            return Ok((self.send_h1(req).await?, None));
+        }
+        let spread = if bulk { &self.bulk } else { &self.light };
+        match spread.send(upstream, req).await? {
+            Sent::Response(resp, slot) => Ok((resp, Some(slot))),
+            Sent::Http1(req) => Ok((self.send_h1(req).await?, None)),
         }
     }
 
-    /// Records the HTTP version of a response from the upstream, for both.
-    pub(crate) fn learn(&self, version: http::Version) {
-        self.light.learn(version);
-        self.bulk.learn(version);
-    }
-
-    /// Clients opened so far, light and bulk.
-    pub fn opened(&self) -> usize {
-        self.light.opened() + self.bulk.opened()
+    /// Sends `req` over HTTP/1.1 (an upgrade: the connection becomes the tunnel).
+    pub(crate) async fn send_h1(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, SendError> {
+        self.h1.request(req).await.map_err(SendError::legacy)
     }
 }
 
@@ -120,10 +193,7 @@ const STREAM_WINDOW: u32 = 512 * 1024;
 /// The largest window HTTP/2 allows (2^31 − 1).
 const MAX_WINDOW: u32 = (1 << 31) - 1;
 
-/// A client and its open requests.
-type ClientSlots = (Arc<HttpClient>, Arc<AtomicUsize>);
-
-/// One open request's place on a client's connection; freed on drop.
+/// One open request's place on a connection; freed on drop.
 #[derive(Debug)]
 pub struct StreamSlot(Arc<AtomicUsize>);
 
@@ -141,74 +211,202 @@ impl Drop for StreamSlot {
 }
 
 impl H2Spread {
-    pub(crate) fn new(config: Connect, limit: usize, windows: Option<(u32, u32)>) -> H2Spread {
+    pub(crate) fn new(
+        config: &Connect,
+        limit: usize,
+        windows: Option<(u32, u32)>,
+        max_connections: usize,
+    ) -> H2Spread {
         H2Spread {
-            config,
+            opener: Opener::new(config, windows),
             limit: limit.max(1),
-            windows,
-            clients: (0..crate::workers::count())
-                .map(|_| Mutex::new(Vec::new()))
+            max_connections: max_connections.max(1),
+            workers: (0..crate::workers::count())
+                .map(|_| Mutex::new(Worker::default()))
                 .collect(),
-            h2_known: AtomicBool::new(false),
         }
     }
 
-    /// Records the HTTP version of a response from the upstream.
-    ///
-    /// Read before it is written: every response passes here, and a write to
-    /// the shared flag would move its cache line between cores each time.
-    pub(crate) fn learn(&self, version: http::Version) {
-        if version == http::Version::HTTP_2
-            && !self.h2_known.load(Ordering::Relaxed)
-            && !self.h2_known.swap(true, Ordering::Relaxed)
-        {
-            tracing::debug!("upstream speaks HTTP/2: new clients open one connection each");
-        }
-    }
-
-    pub(crate) fn acquire(&self) -> (Arc<HttpClient>, StreamSlot) {
-        let worker = crate::workers::current() % self.clients.len();
-        let mut clients = self.clients[worker]
+    fn worker(&self) -> MutexGuard<'_, Worker> {
+        let index = crate::workers::current() % self.workers.len();
+        self.workers[index]
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for (client, active) in clients.iter() {
-            if active.load(Ordering::Relaxed) < self.limit {
-                active.fetch_add(1, Ordering::Relaxed);
-                return (client.clone(), StreamSlot(active.clone()));
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends `req` on a connection of this worker's to `upstream` with room for a stream,
+    /// opening one if none has. A request that a connection closing (GOAWAY, a peer gone)
+    /// hands back unsent goes out once more on another.
+    pub(crate) async fn send(
+        &self,
+        upstream: &Upstream,
+        mut req: Request<Body>,
+    ) -> Result<Sent, SendError> {
+        let mut again = true;
+        loop {
+            let step = {
+                let mut worker = self.worker();
+                let conns = worker.conns(upstream.index());
+                // `None` when the upstream chose HTTP/1.1, checked first.
+                match conns.pick(self.limit) {
+                    _ if conns.http1 => Step::Http1(req),
+                    Some(i) => {
+                        let conn = &mut conns.open[i];
+                        let slot = StreamSlot(conn.streams.clone());
+                        match &mut conn.state {
+                            State::Ready(sender) => Step::Sent(sender.try_send_request(req), slot),
+                            State::Opening(rx) => Step::Wait(rx.clone(), slot, req),
+                        }
+                    }
+                    None if conns.open.len() >= self.max_connections => Step::Busy,
+                    None => {
+                        let rx = self.open(upstream);
+                        let streams = Arc::new(AtomicUsize::new(1));
+                        let slot = StreamSlot(streams.clone());
+                        conns.open.push(Conn {
+                            state: State::Opening(rx.clone()),
+                            streams,
+                            last_used: Instant::now(),
+                        });
+                        Step::Wait(rx, slot, req)
+                    }
+                }
+            };
+            let (result, slot) = match step {
+                Step::Sent(sending, slot) => (sending.await, slot),
+                Step::Http1(req) => return Ok(Sent::Http1(req)),
+                Step::Busy => {
+                    return Err(SendError::Busy {
+                        connections: self.max_connections,
+                        streams: self.limit,
+                    })
+                }
+                Step::Wait(rx, slot, req) => match wait(rx).await {
+                    Ok(Opened::H2(mut sender)) => (sender.try_send_request(req).await, slot),
+                    Ok(Opened::Http1) => {
+                        self.worker().conns(upstream.index()).prune(Instant::now());
+                        tracing::debug!(upstream = %upstream.url, "upstream chose HTTP/1.1");
+                        return Ok(Sent::Http1(req));
+                    }
+                    Err(e) => {
+                        self.worker().conns(upstream.index()).prune(Instant::now());
+                        return Err(SendError::Connect(Box::new(e)));
+                    }
+                },
+            };
+            match result {
+                Ok(resp) => return Ok(Sent::Response(resp, slot)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if again => {
+                        tracing::debug!(error = %e.error(), "upstream connection closed; sending again");
+                        again = false;
+                        req = unsent;
+                    }
+                    _ => return Err(SendError::Request(Box::new(e.into_error()))),
+                },
             }
         }
-        let mut builder = client_builder(&self.config);
-        if let Some((stream, connection)) = self.windows {
-            builder
-                .http2_initial_stream_window_size(stream)
-                .http2_initial_connection_window_size(connection);
-        }
-        let h2_only = self.h2_known.load(Ordering::Relaxed);
-        let client = Arc::new(
-            builder
-                .http2_only(h2_only)
-                .build(connector(self.config.clone(), true)),
-        );
-        let opened = (client, Arc::new(AtomicUsize::new(1)));
-        clients.push(opened.clone());
-        tracing::debug!(
-            worker,
-            clients = clients.len(),
-            "opened another upstream client"
-        );
-        (opened.0, StreamSlot(opened.1))
     }
 
-    /// Clients opened so far, on all workers.
-    pub fn opened(&self) -> usize {
-        self.clients
+    /// Starts opening a connection to `upstream` on this runtime; its result is published to
+    /// every request that waits for it.
+    fn open(&self, upstream: &Upstream) -> Opening {
+        let (tx, rx) = watch::channel(None);
+        let opener = self.opener.clone();
+        let origin = upstream.origin().clone();
+        tokio::spawn(async move {
+            let opened = opener.open(origin).await;
+            let _ = tx.send(Some(opened));
+        });
+        rx
+    }
+
+    /// HTTP/2 connections open or opening, on all workers.
+    #[cfg(test)]
+    fn opened(&self) -> usize {
+        self.workers
             .iter()
-            .map(|c| c.lock().map(|l| l.len()).unwrap_or(0))
+            .map(|w| {
+                let w = w.lock().unwrap_or_else(|e| e.into_inner());
+                w.upstreams.iter().map(|c| c.open.len()).sum::<usize>()
+            })
             .sum()
     }
 }
 
-/// The upstreams and the clients that reach them.
+impl Worker {
+    fn conns(&mut self, upstream: usize) -> &mut Conns {
+        if self.upstreams.len() <= upstream {
+            self.upstreams.resize_with(upstream + 1, Conns::default);
+        }
+        &mut self.upstreams[upstream]
+    }
+}
+
+impl Conns {
+    /// The first connection with room for a stream (its stream counted), after [`Conns::prune`];
+    /// `None` if every one is full, or the upstream chose HTTP/1.1.
+    fn pick(&mut self, limit: usize) -> Option<usize> {
+        let now = Instant::now();
+        self.prune(now);
+        if self.http1 {
+            return None;
+        }
+        let i = self
+            .open
+            .iter()
+            .position(|c| c.streams.load(Ordering::Relaxed) < limit)?;
+        let conn = &mut self.open[i];
+        conn.streams.fetch_add(1, Ordering::Relaxed);
+        conn.last_used = now;
+        Some(i)
+    }
+
+    /// Takes in the connections opened since, drops those closed (GOAWAY, the peer gone), failed
+    /// or idle past [`IDLE`], and notes an upstream that chose HTTP/1.1.
+    fn prune(&mut self, now: Instant) {
+        let mut http1 = false;
+        self.open.retain_mut(|c| {
+            if let State::Opening(rx) = &c.state {
+                let done = rx.borrow().clone();
+                match done {
+                    // Its task gone without a result (the runtime stopping): dropped.
+                    None => return rx.has_changed().is_ok(),
+                    Some(Ok(Opened::H2(sender))) => c.state = State::Ready(sender),
+                    Some(Ok(Opened::Http1)) => {
+                        http1 = true;
+                        return false;
+                    }
+                    Some(Err(_)) => return false,
+                }
+            }
+            let State::Ready(sender) = &c.state else {
+                return true;
+            };
+            let idle = c.streams.load(Ordering::Relaxed) == 0
+                && now.saturating_duration_since(c.last_used) >= IDLE;
+            !sender.is_closed() && !idle
+        });
+        self.http1 |= http1;
+    }
+}
+
+/// The connection a request waited for, once opened.
+async fn wait(mut rx: Opening) -> Result<Opened, ConnectError> {
+    match rx.wait_for(Option::is_some).await {
+        Ok(done) => done.clone().unwrap_or_else(|| Err(abandoned())),
+        Err(_) => Err(abandoned()),
+    }
+}
+
+/// The task opening a connection ended without a result (its runtime shutting down).
+fn abandoned() -> ConnectError {
+    ConnectError::new(std::io::Error::other(
+        "the connection attempt was abandoned",
+    ))
+}
+
+/// The HTTP/1.1 clients (upgrades, tollgate's own requests) and the HTTPS-or-HTTP ones.
 pub(crate) fn http_client(config: Connect, h2: bool) -> HttpClient {
     client_builder(&config).build(connector(config, h2))
 }
@@ -243,70 +441,5 @@ pub(super) fn connector(config: Connect, h2: bool) -> TimedConnector {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spread(limit: usize) -> H2Spread {
-        crate::install_crypto_provider();
-        let connect = Connect {
-            tls: crate::tls::client_config(None, None).expect("tls"),
-            timeout: Duration::from_secs(1),
-            ping: (Duration::from_secs(30), Duration::from_secs(20)),
-        };
-        H2Spread::new(connect, limit, None)
-    }
-
-    /// Requests under the limit share one client (the same `Arc`, not
-    /// copies); past it another opens; a freed slot is taken again first.
-    #[test]
-    fn requests_share_a_client_up_to_the_limit() {
-        let s = spread(2);
-        let (a, slot_a) = s.acquire();
-        let (b, _slot_b) = s.acquire();
-        assert!(Arc::ptr_eq(&a, &b), "one client for both");
-        let (c, _slot_c) = s.acquire();
-        assert!(!Arc::ptr_eq(&a, &c), "the third opens another");
-        assert_eq!(s.opened(), 2);
-        drop(slot_a);
-        let (d, _slot_d) = s.acquire();
-        assert!(Arc::ptr_eq(&a, &d), "the first has room again");
-        assert_eq!(s.opened(), 2);
-    }
-
-    /// Requests made on different workers go over different clients (so their connections'
-    /// tasks run on the worker that uses them); on one worker they share one.
-    #[test]
-    fn each_worker_has_its_own_clients() {
-        let workers = crate::workers::Workers::start(2).expect("workers");
-        let s = Arc::new(spread(10));
-        let (got, on) = std::sync::mpsc::channel();
-        let (release, released) = tokio::sync::watch::channel(());
-        for _ in 0..2 {
-            let (s, got, mut released) = (s.clone(), got.clone(), released.clone());
-            workers.spawn(move || async move {
-                let (a, _slot_a) = s.acquire();
-                let (b, _slot_b) = s.acquire();
-                let _ = got.send((Arc::as_ptr(&a) as usize, Arc::ptr_eq(&a, &b)));
-                let _ = released.changed().await;
-            });
-        }
-        let wait = Duration::from_secs(10);
-        let first = on.recv_timeout(wait).expect("first worker");
-        let second = on.recv_timeout(wait).expect("second worker");
-        assert!(first.1 && second.1, "one worker's requests share a client");
-        assert_ne!(first.0, second.0, "each worker has its own");
-        assert_eq!(s.opened(), 2);
-        drop(release);
-        workers.shutdown();
-    }
-
-    #[test]
-    fn the_version_is_learned_once() {
-        let s = spread(1);
-        s.learn(http::Version::HTTP_11);
-        assert!(!s.h2_known.load(Ordering::Relaxed));
-        s.learn(http::Version::HTTP_2);
-        s.learn(http::Version::HTTP_2);
-        assert!(s.h2_known.load(Ordering::Relaxed));
-    }
-}
+#[path = "h2_spread_tests.rs"]
+mod tests;

@@ -6,14 +6,15 @@
 //! a tunnel ([`Tunnels`]).
 //! - [`pool`]: the upstreams, their health, and tollgate's own requests.
 //! - [`connect`]: each upstream connection opened within a deadline.
-//! - [`h2_spread`]: the HTTP/2 clients, spread so no connection carries
-//!   more streams than the apiserver allows.
+//! - [`h2_spread`]: each worker's HTTP/2 connections, spread so no connection
+//!   carries more streams than the apiserver allows; [`h2_conn`] opens one.
 //! - [`light_h1`]: light requests over HTTP/1.1, when so configured.
 //! - [`hop`]: hop-by-hop headers and upgrades.
 //! - [`stall`]: how long the response headers and each pause in a body may
 //!   take (`upstream.timeouts`), and the body wrapper that ends a stalled one.
 
 mod connect;
+mod h2_conn;
 mod h2_spread;
 mod hop;
 mod light_h1;
@@ -41,6 +42,7 @@ use crate::status::{self, ProxyError};
 use crate::Body;
 
 pub use connect::ConnectTimeout;
+pub use h2_conn::Boxed;
 pub use h2_spread::StreamSlot;
 pub use hop::{is_upgrade, strip_hop_by_hop};
 pub use pool::{Outstanding, SendError, Upstream, UpstreamPool};
@@ -133,7 +135,7 @@ pub async fn forward(
         Err(ProxyError::Upstream { source, .. })
             if body_failed.is_some_and(|f| f.load(Ordering::Relaxed)) =>
         {
-            return Err(ProxyError::BadBody(kubeio::error_chain(&source)))
+            return Err(ProxyError::BadBody(kubeio::error_chain(&*source)))
         }
         Err(e) => return Err(e),
     };
@@ -221,14 +223,20 @@ async fn send(
         let e = match result {
             Ok(resp) => return Ok((resp, outstanding)),
             Err(SendError::Build(e)) => return Err(ProxyError::Build(e)),
-            Err(SendError::Client(e)) => e,
+            Err(SendError::Request(source)) => {
+                return Err(ProxyError::Upstream {
+                    upstream: upstream.url.clone(),
+                    source,
+                })
+            }
+            Err(e @ SendError::Busy { .. }) => {
+                return Err(ProxyError::UpstreamBusy {
+                    upstream: upstream.url.clone(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(SendError::Connect(e)) => e,
         };
-        if !e.is_connect() {
-            return Err(ProxyError::Upstream {
-                upstream: upstream.url.clone(),
-                source: e,
-            });
-        }
         pool.eject(&upstream);
         // Once: the replay is taken by the first retry.
         match (replay.take(), avoid.is_none() && pool.upstreams().len() > 1) {
@@ -239,7 +247,7 @@ async fn send(
             }
             // A connection that timed out is the upstream not answering in time: 504, as
             // for a response that does not come; one refused or reset is a 502.
-            _ => match ConnectTimeout::find(&e) {
+            _ => match ConnectTimeout::find(&*e) {
                 Some(t) => {
                     return Err(ProxyError::ConnectTimeout {
                         upstream: upstream.url.clone(),

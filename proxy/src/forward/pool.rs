@@ -1,11 +1,10 @@
 //! The upstream pool: least outstanding requests among healthy upstreams,
 //! periodic health checks, ejection on connection failure and re-admission
-//! after a check or an interval, and the four clients: with or without the
-//! front-proxy certificate, ALPN h2+http/1.1 or HTTP/1.1 only (upgrades need
-//! HTTP/1.1). HTTP/2 requests are spread over clients so no
-//! connection carries more streams than the apiserver allows; light
-//! requests go over HTTP/1.1 with `upstream.lightProtocol: http1`. Health checks
-//! use tollgate's own identity, which forwarded requests never carry.
+//! after a check or an interval, and the connections of each identity (with or without the
+//! front-proxy certificate): HTTP/2 spread so no connection carries more streams than the
+//! apiserver allows, HTTP/1.1 for upgrades; light requests go over HTTP/1.1 with
+//! `upstream.lightProtocol: http1`. Health checks use tollgate's own identity, which forwarded
+//! requests never carry.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,14 +22,19 @@ use super::light_h1::LightH1;
 use crate::config::{Config, ConfigError, HealthCheck, LightProtocol};
 use crate::requestheader::{Trusted, TrustedHeaders};
 use crate::tls::{self, TlsError};
+use crate::BoxError;
 use crate::{Body, Error};
 
 /// One apiserver.
 #[derive(Debug)]
 pub struct Upstream {
     pub url: String,
+    /// Its place in the pool: each worker's connections to it are found by it.
+    index: usize,
     scheme: Scheme,
     authority: Authority,
+    /// `scheme://authority`, what its connections are opened to.
+    origin: Uri,
     outstanding: AtomicUsize,
     healthy: AtomicBool,
     /// Milliseconds since the pool's epoch when it was ejected.
@@ -38,12 +42,52 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// The upstream at `url`, `index`th in its pool.
+    pub(crate) fn parse(url: &str, index: usize) -> Result<Upstream, Error> {
+        let bad = |reason: &str| Error::Upstream {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
+        let scheme = uri.scheme().cloned().ok_or_else(|| bad("no scheme"))?;
+        let authority = uri.authority().cloned().ok_or_else(|| bad("no host"))?;
+        let origin = Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|_| bad("not a URL"))?;
+        Ok(Upstream {
+            url: url.to_string(),
+            index,
+            scheme,
+            authority,
+            origin,
+            outstanding: AtomicUsize::new(0),
+            healthy: AtomicBool::new(true),
+            ejected_at_ms: AtomicU64::new(0),
+        })
+    }
+
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
     }
 
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(crate) fn origin(&self) -> &Uri {
+        &self.origin
+    }
+
+    /// Reached over TLS, where ALPN may choose HTTP/2; a plain one is spoken to in HTTP/1.1.
+    pub(crate) fn is_https(&self) -> bool {
+        self.scheme == Scheme::HTTPS
     }
 
     /// The request URI on this upstream. The upstream's parts are cloned (shared bytes), the
@@ -85,8 +129,7 @@ pub struct UpstreamPool {
     epoch: Instant,
     retry_after: Duration,
     anonymous: Spreads,
-    anonymous_h1: HttpClient,
-    front_proxy: Option<(Spreads, HttpClient)>,
+    front_proxy: Option<Spreads>,
     own: HttpClient,
     health: HealthCheck,
     /// tollgate's own bearer token (from a kubeconfig), for its own requests only.
@@ -157,7 +200,7 @@ impl UpstreamPool {
         let front_proxy = match &front {
             Some(id) => {
                 let cfg = connect(tls::client_config(roots.as_ref(), Some(id))?);
-                Some((spreads(&cfg), http_client(cfg, false)))
+                Some(spreads(&cfg))
             }
             None => None,
         };
@@ -170,29 +213,19 @@ impl UpstreamPool {
                 url: url.clone(),
                 reason: reason.to_string(),
             };
-            let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
-            let scheme = uri.scheme().cloned().ok_or_else(|| bad("no scheme"))?;
-            let authority = uri.authority().cloned().ok_or_else(|| bad("no host"))?;
-            if scheme == Scheme::HTTPS && roots.is_none() {
+            let upstream = Upstream::parse(url, upstreams.len())?;
+            if upstream.is_https() && roots.is_none() {
                 return Err(bad(
                     "an https upstream needs --upstream-ca (or a kubeconfig with its CA)",
                 ));
             }
-            upstreams.push(Arc::new(Upstream {
-                url: url.clone(),
-                scheme,
-                authority,
-                outstanding: AtomicUsize::new(0),
-                healthy: AtomicBool::new(true),
-                ejected_at_ms: AtomicU64::new(0),
-            }));
+            upstreams.push(Arc::new(upstream));
         }
         Ok(UpstreamPool {
             upstreams,
             epoch: Instant::now(),
             retry_after: Duration::from_secs_f64(up.health_check.interval_seconds),
             anonymous: spreads(&anon_cfg),
-            anonymous_h1: http_client(anon_cfg, false),
             front_proxy,
             own: http_client(own_cfg, true),
             health: up.health_check.clone(),
@@ -272,8 +305,8 @@ impl UpstreamPool {
         self.recoveries.load(Ordering::Relaxed)
     }
 
-    /// Send `req` to the upstream `slot` holds: through the front-proxy
-    /// client when `front_proxy`, HTTP/1.1-only when `upgrade`, on the bulk
+    /// Send `req` to the upstream `slot` holds: with the front-proxy
+    /// certificate when `front_proxy`, over HTTP/1.1 when `upgrade`, on the bulk
     /// connections when `bulk` (see [`Spreads`]). The stream slot stays in
     /// `slot` until it is dropped.
     pub async fn send(
@@ -290,28 +323,16 @@ impl UpstreamPool {
             .uri(original)
             .map_err(|e| SendError::Build(e.to_string()))?;
         *req.version_mut() = Version::HTTP_11;
-        let spreads = match (front_proxy, &self.front_proxy, upgrade) {
-            (true, Some((_, h1)), true) => return h1.request(req).await.map_err(SendError::Client),
-            (true, Some((spreads, _)), false) => spreads,
-            (_, _, true) => {
-                return self
-                    .anonymous_h1
-                    .request(req)
-                    .await
-                    .map_err(SendError::Client)
-            }
-            (_, _, false) => &self.anonymous,
+        let spreads = match (front_proxy, &self.front_proxy) {
+            (true, Some(spreads)) => spreads,
+            _ => &self.anonymous,
         };
-        let (client, stream) = spreads.acquire(bulk);
-        slot.stream = Some(stream);
-        let resp = client.request(req).await.map_err(SendError::Client)?;
-        spreads.learn(resp.version());
+        if upgrade {
+            return spreads.send_h1(req).await;
+        }
+        let (resp, stream) = spreads.send(&slot.upstream, req, bulk).await?;
+        slot.stream = stream;
         Ok(resp)
-    }
-
-    /// HTTP/2-spread clients open toward the apiservers (anonymous and front-proxy).
-    pub fn spread_clients(&self) -> usize {
-        self.anonymous.opened() + self.front_proxy.as_ref().map_or(0, |f| f.0.opened())
     }
 
     /// Check every upstream each interval until `stop`.
@@ -388,11 +409,6 @@ impl UpstreamPool {
         }
         let fetch = async {
             let resp = self.own.request(req).await.map_err(|e| e.to_string())?;
-            // The health check usually answers before the first client request arrives.
-            self.anonymous.learn(resp.version());
-            if let Some((spread, _)) = &self.front_proxy {
-                spread.learn(resp.version());
-            }
             if !resp.status().is_success() {
                 return Err(format!("status {}", resp.status()));
             }
@@ -438,8 +454,27 @@ impl UpstreamPool {
 pub enum SendError {
     #[error("cannot build the upstream request: {0}")]
     Build(String),
+    /// No connection could be opened: the upstream is not reachable, and a request without a
+    /// body may be tried on another.
+    #[error("cannot reach the upstream")]
+    Connect(#[source] BoxError),
+    /// The request failed on an open connection.
     #[error("upstream request failed")]
-    Client(#[source] hyper_util::client::legacy::Error),
+    Request(#[source] BoxError),
+    /// Every connection this worker may open to the upstream carries its most streams.
+    #[error("all {connections} connections to the upstream carry {streams} streams each")]
+    Busy { connections: usize, streams: usize },
+}
+
+impl SendError {
+    /// An HTTP/1.1 client's error: a connect error if it failed opening its connection.
+    pub(crate) fn legacy(e: hyper_util::client::legacy::Error) -> SendError {
+        if e.is_connect() {
+            SendError::Connect(Box::new(e))
+        } else {
+            SendError::Request(Box::new(e))
+        }
+    }
 }
 
 #[cfg(test)]
