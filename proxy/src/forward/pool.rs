@@ -330,7 +330,11 @@ impl UpstreamPool {
         if upgrade {
             return spreads.send_h1(req).await;
         }
-        let (resp, stream) = spreads.send(&slot.upstream, req, bulk).await?;
+        // Boxed, as hyper-util's client boxed its own: the send holds the request, a wait for an
+        // opening connection and hyper's response future across its awaits, and every request's
+        // future would hold room for all of that (`handle::tests::the_request_future_stays_small`:
+        // 4,864 bytes unboxed).
+        let (resp, stream) = Box::pin(spreads.send(&slot.upstream, req, bulk)).await?;
         slot.stream = stream;
         Ok(resp)
     }
