@@ -35,7 +35,6 @@
 //! apiserver that is down is asked once a second, not twenty times. Every
 //! probe is counted by result (`tollgate_signal_probes_total`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -133,7 +132,7 @@ impl SignalProbe {
         let this = Arc::new(self);
         let in_flight = Arc::new(Semaphore::new(schedule.max_in_flight));
         let failing = Arc::new(Failing::default());
-        let next = AtomicUsize::new(0);
+        let mut next = 0usize;
         let mut tick = tokio::time::interval(schedule.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -155,7 +154,8 @@ impl SignalProbe {
                 continue;
             };
             let upstreams = this.pool.upstreams();
-            let start = next.fetch_add(1, Ordering::Relaxed);
+            let start = next;
+            next = next.wrapping_add(1);
             let healthy = (0..upstreams.len())
                 .map(|i| &upstreams[(start + i) % upstreams.len()])
                 .find(|u| u.is_healthy());
@@ -221,7 +221,7 @@ mod tests {
     use crate::snapshot::Snapshot;
     use hyper::service::service_fn;
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use tokio::net::TcpListener;
 
     /// An upstream on a loopback port that answers each request after

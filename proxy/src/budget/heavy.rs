@@ -280,7 +280,7 @@ impl ByteBudget {
         self.mode == QuotaMode::Adaptive
             && self.signals[..Source::Probe as usize]
                 .iter_mut()
-                .all(|s| s.p99(now).is_none())
+                .all(|s| !s.has_p99(now))
     }
 
     /// The apiserver answered 429 or 5xx.

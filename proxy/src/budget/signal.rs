@@ -293,6 +293,20 @@ impl Signal {
 
     /// The short-window p99 at `now` and the window it was taken over
     /// (`(p99, samples, span)`); `None` with too few samples.
+    /// Whether [`Signal::p99`] would give a p99 at `now` (enough samples
+    /// within [`MAX_WINDOW`]), without taking it: asked every probe tick
+    /// under admission's lock, where sorting the window is not needed.
+    pub fn has_p99(&mut self, now: Instant) -> bool {
+        self.prune(now);
+        let oldest_allowed = now.checked_sub(MAX_WINDOW);
+        self.recent
+            .iter()
+            .rev()
+            .take_while(|(t, _)| oldest_allowed.is_none_or(|o| *t >= o))
+            .nth(MIN_SAMPLES - 1)
+            .is_some()
+    }
+
     pub fn p99(&mut self, now: Instant) -> Option<(Duration, usize, Duration)> {
         self.prune(now);
         let taken = &mut self.scratch;
@@ -484,10 +498,13 @@ mod tests {
             s.record(ms(5), now, now);
         }
         assert_eq!(s.p99(now), None);
+        assert!(!s.has_p99(now));
         now += ms(50);
         s.record(ms(5), now, now);
         assert_eq!(s.p99(now).map(|p| p.1), Some(40), "40 in 2 s");
+        assert!(s.has_p99(now));
         assert_eq!(s.p99(now + Duration::from_secs(3)), None, "aged out");
+        assert!(!s.has_p99(now + Duration::from_secs(3)));
     }
 
     #[test]
