@@ -75,6 +75,7 @@ pub mod snapshot;
 pub mod status;
 pub mod tls;
 pub mod tokenreview;
+pub mod wake_lag;
 pub mod workers;
 
 use std::future::Future;

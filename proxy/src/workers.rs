@@ -135,6 +135,8 @@ impl Workers {
                 .name(format!("tollgate-worker-{index}"))
                 .spawn(move || {
                     WORKER.with(|w| w.set(index));
+                    // Its lateness is part of what its light requests' clients wait.
+                    runtime.spawn(crate::wake_lag::tick());
                     runtime.block_on(stop.cancelled());
                     runtime.shutdown_timeout(SHUTDOWN_GRACE);
                 })

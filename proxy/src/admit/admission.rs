@@ -349,7 +349,10 @@ impl Admission {
             Lane::Workload => Source::Workload,
             Lane::Heavy | Lane::SelfLane => return,
         };
-        self.latencies.record(source, started, Instant::now());
+        // What its client waited for this worker, in and out, is latency the handler's clock
+        // does not see (crate::wake_lag).
+        let ended = Instant::now() + crate::wake_lag::added();
+        self.latencies.record(source, started, ended);
     }
 
     /// One of tollgate's own probes, sent at `started`, was answered (or
@@ -377,6 +380,7 @@ impl Admission {
         let mut v = h.budget.view(now);
         v.unlearned_inflight = h.unlearned.len();
         v.dropped_samples = h.latencies.dropped();
+        v.worker_lag_seconds = crate::wake_lag::workers_recent().as_secs_f64();
         v
     }
 

@@ -186,3 +186,24 @@ async fn another_clients_single_request_overtakes_a_queued_flood() {
     }
     stop.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_protected_sample_holds_what_its_worker_made_it_wait() {
+    let c = Config::default();
+    let a = admission(&c);
+    let heartbeats = |a: &Admission| {
+        for _ in 0..60 {
+            let started = Instant::now();
+            a.record_latency(Lane::System, started);
+        }
+    };
+    heartbeats(&a);
+    let p99 = |a: &Admission| a.budget_view(c.admission()).p99_seconds;
+    assert_eq!(p99(&a), Some(0.0), "answered at once, on time");
+    // The worker ran its ticker 30 ms late: each heartbeat waited that long before its handler
+    // and again before its response was written.
+    crate::wake_lag::note(Duration::from_millis(30));
+    tokio::time::advance(Duration::from_secs(5)).await;
+    heartbeats(&a);
+    assert_eq!(p99(&a), Some(0.06), "in and out");
+}

@@ -104,6 +104,10 @@ pub struct BudgetView {
     /// Latency samples dropped so far: more than
     /// [`super::latencies::CAPACITY`] waited between two steps.
     pub dropped_samples: u64,
+    /// The largest lateness any worker's ticker saw in its last ticks, seconds: what a light
+    /// request waited for its worker, each way, beyond its measured latency
+    /// ([`crate::wake_lag`]; counted twice in each sample).
+    pub worker_lag_seconds: f64,
     pub target_seconds: f64,
     /// `protected`, `workload` or `probe`: whose latency steers the budget
     /// now.
@@ -381,6 +385,7 @@ impl ByteBudget {
             inflight_requests: self.inflight.count(),
             unlearned_inflight: 0,
             dropped_samples: 0,
+            worker_lag_seconds: 0.0,
             target_seconds: target.as_secs_f64(),
             signal_source: source.as_str(),
             signal: self.signals[Source::Protected as usize].view(now),
