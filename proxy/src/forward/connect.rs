@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use http::Uri;
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+
+use super::read_ahead::{ReadAhead, ReadAheadConnector};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -38,17 +38,17 @@ impl ConnectTimeout {
 /// The HTTPS-or-HTTP connector with a deadline on each connection.
 #[derive(Debug, Clone)]
 pub struct TimedConnector {
-    inner: HttpsConnector<HttpConnector>,
+    inner: HttpsConnector<ReadAheadConnector>,
     timeout: Duration,
 }
 
 impl TimedConnector {
-    pub fn new(inner: HttpsConnector<HttpConnector>, timeout: Duration) -> Self {
+    pub fn new(inner: HttpsConnector<ReadAheadConnector>, timeout: Duration) -> Self {
         TimedConnector { inner, timeout }
     }
 }
 
-type Connection = MaybeHttpsStream<TokioIo<TcpStream>>;
+type Connection = MaybeHttpsStream<TokioIo<ReadAhead>>;
 
 impl tower_service::Service<Uri> for TimedConnector {
     type Response = Connection;

@@ -38,6 +38,9 @@ pub(crate) struct Connect {
     /// connection whose peer is gone fails its streams (a watch's too)
     /// instead of holding them.
     pub ping: (Duration, Duration),
+    /// The pause between reads of a connection's socket that found it nearly empty
+    /// ([`super::read_ahead::BULK_PACE`] on the bulk connections, none on the others).
+    pub read_pace: Option<Duration>,
 }
 
 /// The most HTTP/2 connections one worker opens to one upstream for one spread: at the default
@@ -149,7 +152,15 @@ impl Spreads {
         Spreads {
             light: H2Spread::new(&config, limit, windows, MAX_CONNECTIONS),
             light_h1,
-            bulk: H2Spread::new(&config, limit, windows, MAX_CONNECTIONS),
+            bulk: H2Spread::new(
+                &Connect {
+                    read_pace: Some(super::read_ahead::BULK_PACE),
+                    ..config.clone()
+                },
+                limit,
+                windows,
+                MAX_CONNECTIONS,
+            ),
             h1: http_client(config, false),
         }
     }
@@ -432,10 +443,14 @@ pub(super) fn connector(config: Connect, h2: bool) -> TimedConnector {
         .with_tls_config(config.tls)
         .https_or_http()
         .enable_http1();
+    let tcp = super::read_ahead::ReadAheadConnector {
+        tcp: http,
+        pace: config.read_pace,
+    };
     let https = if h2 {
-        builder.enable_http2().wrap_connector(http)
+        builder.enable_http2().wrap_connector(tcp)
     } else {
-        builder.wrap_connector(http)
+        builder.wrap_connector(tcp)
     };
     TimedConnector::new(https, config.timeout)
 }

@@ -90,6 +90,7 @@ impl Server {
             tls: self.tls.clone(),
             timeout: Duration::from_secs(5),
             ping: (Duration::from_secs(30), Duration::from_secs(20)),
+            read_pace: None,
         };
         H2Spread::new(&connect, limit, None, max_connections)
     }

@@ -77,6 +77,7 @@ mod tests {
             tls: crate::tls::client_config(None, None).expect("tls"),
             timeout: Duration::from_secs(1),
             ping: (Duration::from_secs(30), Duration::from_secs(20)),
+            read_pace: None,
         };
         let shared = Arc::new(AtomicUsize::new(0));
         let a = LightH1::new(connect.clone(), shared.clone(), 2);

@@ -13,13 +13,17 @@
 //! - [`stall`]: how long the response headers and each pause in a body may
 //!   take (`upstream.timeouts`), and the body wrapper that ends a stalled one.
 
+mod coalesce;
 mod connect;
 mod h2_conn;
 mod h2_spread;
 mod hop;
 mod light_h1;
 mod pool;
+mod read_ahead;
 pub mod stall;
+
+pub(crate) use coalesce::Coalesce;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -183,7 +183,12 @@ impl UpstreamPool {
             Duration::from_secs_f64(up.timeouts.ping_interval_seconds),
             Duration::from_secs_f64(up.timeouts.ping_timeout_seconds),
         );
-        let connect = |tls| Connect { tls, timeout, ping };
+        let connect = |tls| Connect {
+            tls,
+            timeout,
+            ping,
+            read_pace: None,
+        };
         // One count of light HTTP/1.1 requests in flight for both identities (see LightH1).
         let light_h1_in_flight = Arc::new(AtomicUsize::new(0));
         let spreads = |cfg: &Connect| {

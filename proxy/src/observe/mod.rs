@@ -26,7 +26,8 @@ use tokio::time::Instant;
 use crate::admit::{with_lane, Hold};
 use crate::config;
 use crate::context::RequestCtx;
-use crate::forward::Forwarded;
+use crate::enforce::Lane;
+use crate::forward::{Coalesce, Forwarded};
 use crate::metrics::{DirectionLabel, Metrics, PhaseLabel, SourceLabel, VerbCode};
 use crate::pattern::PatternKey;
 use crate::predict::charge::{actual_charge, actual_read};
@@ -95,6 +96,8 @@ impl Observer {
             .headers
             .get(CONTENT_ENCODING)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        // What went over the bulk connections ([`crate::forward`]) comes back in many frames.
+        let bulk = ctx.long_running() || ctx.key.is_list_like() || ctx.lane == Lane::Heavy;
         let kind = ctx.kind;
         let lane = ctx.lane;
         let mut hold = ctx.hold;
@@ -132,7 +135,13 @@ impl Observer {
             Some(hook) => counted.watch_for(INITIAL_EVENTS_END).at_marker(hook),
             None => counted,
         };
-        let body = counted.map_err(crate::BoxError::from).boxed();
+        let body = if bulk {
+            Coalesce::new(counted)
+                .map_err(crate::BoxError::from)
+                .boxed()
+        } else {
+            counted.map_err(crate::BoxError::from).boxed()
+        };
         with_lane(Response::from_parts(parts, body), lane)
     }
 
