@@ -10,6 +10,8 @@
 #   direct          the storm without tollgate;
 #   static-default  the storm through tollgate, `quota.mode: static` with every other default;
 #   adaptive        the storm through tollgate with nothing set but --mode enforce (the default budget);
+#   dryrun          the storm through tollgate in its default mode (dryRun: nothing is refused or
+#                   queued): what relaying alone costs the heartbeats (not in the default VIAS);
 #   static-R        the storm through tollgate with a static pool of R bytes/s (burst: one LIST,
 #                   etcdReadWeight 0 so R is in bytes sent), R found by a bisection on log(R) between
 #                   2 LISTs/min and the offered rate. The best static pool is the passing run, of
@@ -39,7 +41,8 @@
 #   SIM_PODS=30000 SIM_POD_BYTES=2048 SIM_NODES=1000 SIM_PATCH=100/s SIM_STORM=180
 #   SKIP_BUILD=1 BIN_DIR=target/release RESULTS=path ("-" prints only) KEEP_TMP=1
 #   TRACES=dir                keep each tollgate run's budget trace (budget.trace, one /debug/budget
-#                             a second), its last /debug/budget and its /metrics there, as
+#                             a second), its last /debug/budget, its /metrics and the heartbeats'
+#                             timeseries.csv (.hb.csv) there, as
 #                             PREFIXPLANE-NAME.* (TRACE_PREFIX: matrix.sh names apiserver, cell and run)
 #   VIAS="direct static-default adaptive search"   the runs after the baseline (a subset for a
 #                             quick look; the targets' check needs all of them)
@@ -229,7 +232,7 @@ measure_sim_list() {
 }
 
 # === one run ===
-# run PLANE NAME VIA [RATE]: VIA = direct | baseline | static-default | adaptive | static.
+# run PLANE NAME VIA [RATE]: VIA = direct | baseline | dryrun | static-default | adaptive | static.
 # Leaves $TMP/PLANE-NAME with loadgen outputs (hb/, lists/), tollgate's metrics and the apiserver's
 # CPU ticks and memory samples; appends a line to $TMP/runs.
 run() {
@@ -249,7 +252,7 @@ run() {
     [[ $via == baseline ]] && lists_rate=0
     if [[ $via != direct && ! ($via == baseline && $BASELINE == direct) ]]; then
         {
-            echo "mode: enforce"
+            if [[ $via == dryrun ]]; then echo "mode: dryRun"; else echo "mode: enforce"; fi
             case $via in
             static-default) [[ $HAS_ADAPTIVE == 1 ]] && printf 'quota:\n  mode: static\n' ;;
             static)
@@ -397,6 +400,8 @@ run() {
         for f in budget.trace budget.json tollgate.metrics; do
             [[ -f $d/$f ]] && cp "$d/$f" "$TRACES/${TRACE_PREFIX:-}$plane-$name.$f"
         done
+        # The heartbeats' own view each second, beside the budget's signal in budget.trace.
+        [[ -f $d/hb/timeseries.csv ]] && cp "$d/hb/timeseries.csv" "$TRACES/${TRACE_PREFIX:-}$plane-$name.hb.csv"
     fi
     if [[ -n $tg_pid ]]; then kill "$tg_pid" 2>/dev/null || true; wait "$tg_pid" 2>/dev/null || true; fi
     stop_plane "$plane" "$d"
@@ -524,6 +529,7 @@ for plane in $PLANES; do
     echo "$plane $TARGET" >>"$TMP/targets"
     wants() { [[ " $VIAS " == *" $1 "* ]]; }
     wants direct && run "$plane" direct direct
+    wants dryrun && run "$plane" dryrun dryrun
     wants static-default && run "$plane" static-default static-default
     [[ $HAS_ADAPTIVE == 1 ]] && wants adaptive && run "$plane" adaptive adaptive
     wants search || continue
