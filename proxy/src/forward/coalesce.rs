@@ -112,12 +112,11 @@ mod tests {
     use std::convert::Infallible;
 
     type Frames = Vec<Result<Frame<Bytes>, &'static str>>;
-
-    fn body(
-        frames: Frames,
-    ) -> StreamBody<
+    type Listed = StreamBody<
         futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, &'static str>>>,
-    > {
+    >;
+
+    fn body(frames: Frames) -> Listed {
         StreamBody::new(futures_util::stream::iter(frames))
     }
 
