@@ -44,8 +44,10 @@ pub const BULK_PACE: Duration = Duration::from_millis(2);
 pub struct ReadAhead {
     io: BufReader<TcpStream>,
     pace: Option<Duration>,
-    /// Armed after a read that did not fill the buffer; the next socket read waits for it.
-    paused: Option<Pin<Box<Sleep>>>,
+    /// Set after a read that did not fill the buffer; the next socket read waits for it. One
+    /// timer per connection, made at its first pause and reset at each later one.
+    pause: Option<Pin<Box<Sleep>>>,
+    paused: bool,
 }
 
 impl ReadAhead {
@@ -53,7 +55,8 @@ impl ReadAhead {
         ReadAhead {
             io: BufReader::with_capacity(CAPACITY, tcp),
             pace,
-            paused: None,
+            pause: None,
+            paused: false,
         }
     }
 }
@@ -67,18 +70,23 @@ impl AsyncRead for ReadAhead {
         let this = self.get_mut();
         // Only an empty buffer reads the socket: only then does a pause apply.
         let from_socket = this.io.buffer().is_empty();
-        if from_socket {
-            if let Some(paused) = this.paused.as_mut() {
-                ready!(paused.as_mut().poll(cx));
-                this.paused = None;
+        if from_socket && this.paused {
+            if let Some(pause) = this.pause.as_mut() {
+                ready!(pause.as_mut().poll(cx));
             }
+            this.paused = false;
         }
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
         if from_socket {
             let got = buf.filled().len() - before + this.io.buffer().len();
             if let Some(pace) = this.pace.filter(|_| got > 0 && got < CAPACITY) {
-                this.paused = Some(Box::pin(tokio::time::sleep(pace)));
+                let until = tokio::time::Instant::now() + pace;
+                match this.pause.as_mut() {
+                    Some(pause) => pause.as_mut().reset(until),
+                    None => this.pause = Some(Box::pin(tokio::time::sleep_until(until))),
+                }
+                this.paused = true;
             }
         }
         Poll::Ready(Ok(()))
